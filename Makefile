@@ -1,0 +1,50 @@
+# siding — the two commands are `make demo` and `make test`; both run `make setup` first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+
+.PHONY: setup jars demo test test-unit test-integration lint proto bench clean
+
+setup: $(STAMPS)/venv $(STAMPS)/jars
+
+$(STAMPS)/venv: requirements/lock.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/lock.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/jars: $(STAMPS)/venv jvm/kafka/pom.xml jvm/spark/pom.xml src/siding/jvm.py
+	$(PY) -m siding.jvm resolve
+	@mkdir -p $(STAMPS) && touch $@
+
+jars: $(STAMPS)/jars
+
+demo: setup
+	$(VENV)/bin/siding demo
+
+test: setup lint
+	$(PY) -m pytest tests
+
+test-unit: setup
+	$(PY) -m pytest tests/unit
+
+test-integration: setup
+	$(PY) -m pytest tests/integration tests/e2e
+
+lint: $(STAMPS)/venv
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy src tests bench
+	$(VENV)/bin/lint-imports
+
+proto: $(STAMPS)/venv
+	$(PY) -m siding.devkit.protogen
+
+bench: setup
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(STAMPS) .jars $(VENV)

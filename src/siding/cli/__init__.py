@@ -1,0 +1,1 @@
+"""The ``siding`` command line; one module per command group."""

@@ -1,0 +1,37 @@
+"""Entry point of the ``siding`` command: assembles the command groups."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from siding import __version__
+from siding.errors import SidingError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="siding")
+def cli() -> None:
+    """siding: push Kafka messages to consumer services without head-of-line blocking."""
+
+
+def _register() -> None:
+    from siding.cli import dev
+
+    cli.add_command(dev.dev)
+
+
+def main() -> None:
+    _register()
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except SidingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)

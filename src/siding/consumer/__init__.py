@@ -1,0 +1,1 @@
+"""Python SDK for consumer services: serve deliveries over gRPC, verify webhooks."""

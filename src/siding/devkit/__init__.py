@@ -1,0 +1,1 @@
+"""Development kit: the embedded Kafka broker, simulated consumers and producers."""

@@ -1,0 +1,1 @@
+"""DLQ tools: Spark batch jobs over bounded offset ranges of a dead-letter topic."""

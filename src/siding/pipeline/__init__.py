@@ -1,0 +1,1 @@
+"""The Spark side: session, Kafka source, one streaming query per lane, commits."""

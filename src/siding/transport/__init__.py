@@ -1,0 +1,1 @@
+"""Transports push one delivery to a consumer service and map its answer to an ``Outcome``."""

@@ -1,0 +1,113 @@
+"""How a transport's answer becomes an outcome: one pure function per transport, in one place.
+
+The tables follow DESIGN.md ("The delivery contract"); docs/contract.md explains each row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+
+import grpc
+
+from siding.model import ACK, Outcome, OutcomeKind, Result, Verdict
+
+_GRPC_BACKOFF = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE})
+# The endpoint is misconfigured or was deployed wrong: every message would fail the same way,
+# so this is the circuit breaker's business, never the DLQ's.
+_GRPC_MISCONFIGURED = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+_GRPC_DEAD = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+# ALREADY_EXISTS: the consumer has processed this delivery id before; that is done.
+_GRPC_ACK = frozenset({grpc.StatusCode.OK, grpc.StatusCode.ALREADY_EXISTS})
+
+
+def outcome_from_result(result: Result) -> Outcome:
+    """A consumer's explicit ``Result`` message."""
+    if result.verdict is Verdict.ACK:
+        return ACK
+    if result.verdict is Verdict.DEAD:
+        return Outcome(OutcomeKind.DEAD, result.reason or "consumer answered DEAD")
+    return Outcome(
+        OutcomeKind.RETRY, result.reason or "consumer answered RETRY", result.retry_after_s
+    )
+
+
+def outcome_from_grpc(
+    code: grpc.StatusCode, details: str = "", result: Result | None = None
+) -> Outcome:
+    """A gRPC call's final status, with the ``Result`` message when the call returned one."""
+    if code is grpc.StatusCode.OK and result is not None:
+        return outcome_from_result(result)
+    reason = f"grpc {code.name}" + (f": {details}" if details else "")
+    if code in _GRPC_ACK:
+        return ACK
+    if code in _GRPC_DEAD:
+        return Outcome(OutcomeKind.DEAD, reason)
+    if code in _GRPC_BACKOFF or code in _GRPC_MISCONFIGURED:
+        return Outcome(OutcomeKind.BACKOFF, reason)
+    # DEADLINE_EXCEEDED and everything else (UNKNOWN, INTERNAL, ABORTED, CANCELLED): retry lane.
+    return Outcome(OutcomeKind.RETRY, reason)
+
+
+def outcome_from_http(
+    status: int, headers: Mapping[str, str] | None = None, now_s: float | None = None
+) -> Outcome:
+    """An HTTP webhook's response status (and its ``Retry-After`` header, when present)."""
+    reason = f"http {status}"
+    if 200 <= status < 300:
+        return ACK
+    if status in (429, 503):
+        retry_after = parse_retry_after((headers or {}).get("retry-after"), now_s)
+        return Outcome(OutcomeKind.BACKOFF, reason, retry_after)
+    if status == 410:
+        return Outcome(OutcomeKind.GONE, "http 410: endpoint gone")
+    if 300 <= status < 400:
+        return Outcome(OutcomeKind.BACKOFF, f"{reason}: redirects are not followed")
+    if status in (401, 403):
+        return Outcome(OutcomeKind.BACKOFF, f"{reason}: endpoint refused our credentials")
+    if status == 408 or status >= 500:
+        return Outcome(OutcomeKind.RETRY, reason)
+    if 400 <= status < 500:
+        return Outcome(OutcomeKind.DEAD, reason)
+    return Outcome(OutcomeKind.RETRY, f"{reason}: unexpected status")
+
+
+def outcome_from_timeout(deadline_s: float) -> Outcome:
+    """No answer within the lane's per-attempt deadline: move on to a retry lane."""
+    return Outcome(OutcomeKind.RETRY, f"deadline of {deadline_s:g}s exceeded")
+
+
+def outcome_from_connection_error(error: BaseException) -> Outcome:
+    """The endpoint could not be reached at all: the breaker's business, not an attempt."""
+    text = str(error) or type(error).__name__
+    return Outcome(OutcomeKind.BACKOFF, f"endpoint unreachable: {text}")
+
+
+def parse_retry_after(value: str | None, now_s: float | None = None) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``None`` when absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None or now_s is None:
+        return None
+    return max(0.0, when.timestamp() - now_s)
