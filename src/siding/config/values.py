@@ -1,0 +1,185 @@
+"""Pure parsers for the values ``siding.toml`` holds: names, durations, URLs, ``${VAR}``.
+
+Each raises ``ValueError`` with a message meant for the user; the caller adds the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, cast
+from urllib.parse import urlsplit
+
+TOPIC_NAME_MAX = 249
+# siding.naming adds at most 46 characters around a route name; 200 keeps every derived topic legal.
+ROUTE_NAME_MAX = 200
+
+_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_SECRET_NAME = re.compile(
+    r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|access\.key", re.I
+)
+
+
+def is_legal_topic_name(name: str) -> bool:
+    """Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
+    return _is_name(name, TOPIC_NAME_MAX)
+
+
+def is_safe_route_name(name: str) -> bool:
+    """A route name every derived topic name and checkpoint directory can be built from."""
+    return _is_name(name, ROUTE_NAME_MAX)
+
+
+def _is_name(name: str, limit: int) -> bool:
+    return (
+        0 < len(name) <= limit and name not in (".", "..") and _LEGAL_NAME.fullmatch(name) is not None
+    )
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a pass-through setting's name says its value is a credential."""
+    return _SECRET_NAME.search(name) is not None
+
+
+# -- durations -----------------------------------------------------------------------------------
+
+_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+_UNIT_NAMES = tuple(unit for unit, _ in _UNITS)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
+_BARE_NUMBER = re.compile(r"[+-]?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or e.g. ``"1m30s"``."""
+    s = text.strip()
+    if s.startswith("-"):
+        raise ValueError(f"{text!r}: negative durations are not allowed")
+    if _BARE_NUMBER.fullmatch(s):
+        raise ValueError(f"{text!r} has no unit (ambiguous): write e.g. '{s}s' or '{s}ms'")
+    if not s:
+        raise ValueError("empty duration: write e.g. '10s'")
+    total, pos, last = 0.0, 0, -1
+    while pos < len(s):
+        match = _DURATION_PART.match(s, pos)
+        rank = _UNIT_NAMES.index(match.group(2)) if match else -1
+        if match is None or rank <= last:  # units must be given largest first, once each
+            raise ValueError(
+                f"{text!r} is not a duration: write e.g. '250ms', '10s', '5m', '1h' or '1m30s'"
+            )
+        total += float(match.group(1)) * _UNITS[rank][1]
+        pos, last = match.end(), rank
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The duration string for ``seconds``, to the millisecond: ``90.25`` -> ``"1m30s250ms"``."""
+    left = round(seconds * 1000)
+    parts: list[str] = []
+    for unit, size in _UNITS:
+        count, left = divmod(left, round(size * 1000))
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+# -- addresses -----------------------------------------------------------------------------------
+
+Scheme = Literal["grpc", "grpcs", "grpc+dns", "grpcs+dns", "http", "https"]
+SCHEMES: tuple[Scheme, ...] = ("grpc", "grpcs", "grpc+dns", "grpcs+dns", "http", "https")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedUrl:
+    url: str
+    scheme: Scheme
+    host: str
+    port: int
+
+
+def parse_endpoint_url(url: str) -> ParsedUrl:
+    """An endpoint URL's scheme, host and port; no credentials, no gRPC path."""
+    text = url.strip()
+    scheme = text.split(":", 1)[0].lower() if ":" in text else ""
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"{text!r}: unsupported scheme; use grpc://, grpcs://, grpc+dns:///, http:// or https://"
+        )
+    parts = urlsplit(text)
+    if scheme.endswith("+dns"):
+        if parts.netloc:
+            raise ValueError(f"{text!r}: write {scheme}:///host:port (three slashes)")
+        parts = urlsplit("//" + parts.path.lstrip("/"))
+    if parts.username is not None or parts.password is not None:
+        # Only the scheme is echoed: the rest holds a credential.
+        raise ValueError(f"{scheme}://...: credentials in the URL are not allowed; use [route.auth]")
+    if not parts.hostname:
+        raise ValueError(f"{text!r}: the URL has no host")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{text!r}: the port is not a number in 1-65535") from None
+    if port is None:
+        if scheme not in _DEFAULT_PORTS:
+            raise ValueError(f"{text!r}: gRPC endpoints need a port, e.g. {scheme}://host:50051")
+        port = _DEFAULT_PORTS[scheme]
+    if port == 0:
+        raise ValueError(f"{text!r}: port 0 is not an endpoint")
+    if scheme.startswith("grpc") and (parts.path not in ("", "/") or parts.query):
+        raise ValueError(f"{text!r}: gRPC endpoints take no path or query")
+    if parts.fragment:
+        raise ValueError(f"{text!r}: the URL has a #fragment")
+    return ParsedUrl(text, cast(Scheme, scheme), parts.hostname, port)
+
+
+def parse_host_port(text: str, what: str, *, allow_zero: bool = False) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port``; port 0 ("pick a free port") only when ``allow_zero``."""
+    parts = urlsplit("//" + text.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or (port == 0 and not allow_zero) or parts.path:
+        raise ValueError(f"{text!r}: {what} must be host:port")
+    return parts.hostname, port
+
+
+# -- environment ---------------------------------------------------------------------------------
+
+_REFERENCE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})")
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` (default when unset or empty); ``$$`` is ``$``.
+
+    A ``$`` followed by anything else stays as it is.
+    """
+    out: list[str] = []
+    pos = 0
+    while (start := text.find("$", pos)) != -1:
+        out.append(text[pos:start])
+        match = _REFERENCE.match(text, start)
+        if match is None:
+            if text.startswith("${", start):
+                raise ValueError(
+                    f"bad reference {text[start : start + 24]!r}:"
+                    " write ${NAME} or ${NAME:-default}, and $$ for a literal $"
+                )
+            out.append("$")
+            pos = start + 1
+            continue
+        name, default = match.group(2), match.group(3)
+        if match.group(1):
+            out.append("$")
+        elif env.get(name):
+            out.append(env[name])
+        elif default is not None:
+            out.append(default)
+        elif name in env:
+            out.append("")
+        else:
+            raise ValueError(f"environment variable {name} is not set (or write ${{{name}:-default}})")
+        pos = match.end()
+    out.append(text[pos:])
+    return "".join(out)

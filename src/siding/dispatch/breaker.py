@@ -1,0 +1,223 @@
+"""The circuit breaker of one endpoint: stop pushing while it is down, probe before pushing again."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from siding.errors import ConfigError
+from siding.model import OutcomeKind
+
+
+class BreakerState(enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """``failure_threshold`` consecutive BACKOFF answers open the breaker for ``open_for_s``;
+    each failed probe doubles that, up to ``max_open_for_s``."""
+
+    failure_threshold: int = 5
+    open_for_s: float = 1.0
+    max_open_for_s: float = 60.0
+    probe_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1:
+            raise ConfigError("breaker.failure_threshold", "must be at least 1")
+        if self.open_for_s <= 0:
+            raise ConfigError("breaker.open_for_s", "must be positive")
+        if self.max_open_for_s < self.open_for_s:
+            raise ConfigError("breaker.max_open_for_s", "must be at least open_for_s")
+        if self.probe_timeout_s <= 0:
+            raise ConfigError("breaker.probe_timeout_s", "must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerStatus:
+    """The breaker's whole state; ``open_until`` is on the breaker's monotonic clock."""
+
+    state: BreakerState = BreakerState.CLOSED
+    failures: int = 0
+    open_for_s: float = 0.0
+    open_until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A send came back with this outcome kind."""
+
+    kind: OutcomeKind
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probed:
+    """The half-open probe came back."""
+
+    ok: bool
+
+
+BreakerEvent = Answered | Tick | Probed
+
+
+def transition(
+    status: BreakerStatus, event: BreakerEvent, now: float, settings: BreakerSettings
+) -> BreakerStatus:
+    """The breaker's state machine as a pure function (see ``CircuitBreaker``)."""
+    if status.state is BreakerState.CLOSED:
+        if not isinstance(event, Answered):
+            return status
+        if event.kind is not OutcomeKind.BACKOFF:
+            return replace(status, failures=0) if status.failures else status
+        failures = status.failures + 1
+        if failures < settings.failure_threshold:
+            return replace(status, failures=failures)
+        return _open(settings.open_for_s, now)
+    if status.state is BreakerState.OPEN:
+        if isinstance(event, Tick) and now >= status.open_until:
+            return replace(status, state=BreakerState.HALF_OPEN)
+        # Late answers of sends started before the breaker opened decide nothing: the probe does.
+        return status
+    if isinstance(event, Probed):
+        if event.ok:
+            return BreakerStatus()
+        return _open(min(status.open_for_s * 2, settings.max_open_for_s), now)
+    return status
+
+
+def _open(open_for_s: float, now: float) -> BreakerStatus:
+    return BreakerStatus(BreakerState.OPEN, 0, open_for_s, now + open_for_s)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerTransition:
+    at: float
+    before: BreakerState
+    after: BreakerState
+
+
+Listener = Callable[[BreakerTransition], None]
+
+
+class CircuitBreaker:
+    """One per endpoint, shared by every dispatch of the process (one event loop).
+
+    State machine::
+
+        CLOSED    --failure_threshold consecutive BACKOFF answers--> OPEN (open_for = open_for_s)
+        CLOSED    --any other answer--> CLOSED (count reset)
+        OPEN      --open_for elapsed--> HALF_OPEN
+        HALF_OPEN --probe() true--> CLOSED
+        HALF_OPEN --probe() false, raised or timed out--> OPEN (open_for doubled, capped)
+
+    Only CLOSED lets sends through. Answers that arrive while OPEN or HALF_OPEN (sends started
+    before it opened) are ignored. One caller of ``wait_closed`` probes; the others wait for it.
+    """
+
+    def __init__(
+        self,
+        settings: BreakerSettings,
+        probe: Callable[[], Awaitable[bool]],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._probe = probe
+        self._clock = clock
+        self._status = BreakerStatus()
+        self._probing = False
+        self._changed: asyncio.Event | None = None
+        self._changed_loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[Listener] = []
+
+    @property
+    def settings(self) -> BreakerSettings:
+        return self._settings
+
+    @property
+    def state(self) -> BreakerState:
+        """The current state, for metrics and for the dispatcher's "may I send" check."""
+        return self._apply(Tick()).state
+
+    @property
+    def status(self) -> BreakerStatus:
+        return self._apply(Tick())
+
+    def record(self, kind: OutcomeKind) -> None:
+        """Feed one send's outcome."""
+        self._apply(Answered(kind))
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` on every state change; returns the function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    async def wait_closed(self) -> None:
+        """Return once the breaker is CLOSED, probing the endpoint when it is this caller's turn."""
+        while True:
+            status = self._apply(Tick())
+            if status.state is BreakerState.CLOSED:
+                return
+            if status.state is BreakerState.OPEN:
+                await self._wait_change(max(0.0, status.open_until - self._clock()))
+            elif self._probing:
+                await self._wait_change(None)
+            else:
+                await self._run_probe()
+
+    async def _run_probe(self) -> None:
+        self._probing = True
+        try:
+            ok = await self._probe_once()
+            self._apply(Probed(ok))
+        finally:
+            self._probing = False
+            self._notify()
+
+    async def _probe_once(self) -> bool:
+        try:
+            async with asyncio.timeout(self._settings.probe_timeout_s):
+                return await self._probe()
+        except Exception:
+            # A probe that breaks says the same as one that answers no.
+            return False
+
+    def _apply(self, event: BreakerEvent) -> BreakerStatus:
+        now = self._clock()
+        before = self._status
+        after = transition(before, event, now, self._settings)
+        self._status = after
+        if after.state is not before.state:
+            change = BreakerTransition(now, before.state, after.state)
+            for listener in tuple(self._listeners):
+                listener(change)
+            self._notify()
+        return after
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def _wait_change(self, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        if self._changed is None or self._changed_loop is not loop:
+            self._changed = asyncio.Event()
+            self._changed_loop = loop
+        changed = self._changed
+        try:
+            async with asyncio.timeout(timeout):
+                await changed.wait()
+        except TimeoutError:
+            pass

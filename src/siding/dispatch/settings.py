@@ -1,0 +1,39 @@
+"""How one dispatch behaves; the pipeline builds this from the route config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from siding.dispatch.adaptive import AdaptiveSettings
+from siding.dispatch.breaker import BreakerSettings
+from siding.errors import ConfigError
+from siding.model import Lane, Ordering
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSettings:
+    """``deadline_s`` is the per-attempt deadline of ``lane`` (the lane this slice comes from,
+    0 = main); ``rate_limit`` is sends per second for this dispatch, 0 = no limit."""
+
+    max_in_flight: int = 100
+    deadline_s: float = 30.0
+    lanes: tuple[Lane, ...] = ()
+    lane: int = 0
+    ordering: Ordering = Ordering.UNORDERED
+    max_retry_after_s: float = 300.0
+    rate_limit: float = 0.0
+    rate_burst: float | None = None
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1:
+            raise ConfigError("max_in_flight", "must be at least 1")
+        if self.deadline_s <= 0:
+            raise ConfigError("deadline_s", "must be positive")
+        if not 0 <= self.lane <= len(self.lanes):
+            raise ConfigError("lane", f"must be between 0 and {len(self.lanes)}")
+        if self.max_retry_after_s < 0:
+            raise ConfigError("max_retry_after_s", "must not be negative")
+        if self.rate_limit < 0:
+            raise ConfigError("rate_limit", "must not be negative")

@@ -1,0 +1,1 @@
+"""A thin layer over confluent-kafka: it translates, it decides nothing."""

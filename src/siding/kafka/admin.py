@@ -1,0 +1,96 @@
+"""Topic creation and consumer-group offsets through confluent-kafka's AdminClient."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from siding.errors import SidingError
+
+
+class KafkaAdminError(SidingError):
+    retriable = True
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def admin_client(client_conf: Mapping[str, str]) -> AdminClient:
+    return AdminClient(dict(client_conf))
+
+
+def existing_topics(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, int]:
+    """Topic name -> partition count."""
+    metadata = admin.list_topics(timeout=timeout_s)
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+
+
+def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> None:
+    """Create the topics that are missing; an existing topic is left as it is."""
+    present = existing_topics(admin)
+    missing = [spec for spec in specs if spec.name not in present]
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in missing],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args and getattr(exc.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
+                continue
+            raise KafkaAdminError(f"cannot create topic {name}: {exc}") from exc
+
+
+def delete_topics(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0) -> None:
+    futures = admin.delete_topics(list(names), operation_timeout=timeout_s)
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise KafkaAdminError(f"cannot delete topic {name}: {exc}") from exc
+
+
+def committed_offsets(
+    admin: AdminClient, group: str, topic: str, timeout_s: float = 10.0
+) -> dict[int, int]:
+    """Partition -> the group's committed offset (the next record to read), for one topic."""
+    request = [ConsumerGroupTopicPartitions(group)]
+    futures = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
+    result: dict[int, int] = {}
+    for future in futures.values():
+        try:
+            answer = future.result()
+        except KafkaException as exc:
+            raise KafkaAdminError(f"cannot read offsets of group {group}: {exc}") from exc
+        for tp in answer.topic_partitions or []:
+            if tp.topic == topic and tp.offset >= 0:
+                result[tp.partition] = tp.offset
+    return result
+
+
+def commit_offsets(
+    admin: AdminClient, group: str, topic: str, offsets: Mapping[int, int], timeout_s: float = 10.0
+) -> None:
+    """Set the group's committed offsets (next record to read) for one topic."""
+    if not offsets:
+        return
+    partitions = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
+    futures = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout_s
+    )
+    for future in futures.values():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise KafkaAdminError(f"cannot commit offsets of group {group}: {exc}") from exc

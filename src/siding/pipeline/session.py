@@ -1,0 +1,75 @@
+"""The one place a SparkSession is built: jars, master, local defaults, quiet logs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from siding.jvm import spark_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
+def session_conf(
+    master: str,
+    *,
+    app_name: str = "siding",
+    ui: bool = False,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins."""
+    local = master.startswith("local")
+    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J2}"
+    conf = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.jars": ",".join(spark_jars()),
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        # Python workers keep their connections (gRPC channels, HTTP pools) between batches.
+        "spark.python.worker.reuse": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    if local:
+        conf.update(
+            {
+                "spark.sql.shuffle.partitions": "4",
+                "spark.default.parallelism": "4",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.memory": "1g",
+            }
+        )
+    conf.update(extra or {})
+    return conf
+
+
+def build_session(
+    master: str = "local[*]",
+    *,
+    app_name: str = "siding",
+    ui: bool = False,
+    extra: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Create (or return the running) SparkSession with siding's settings."""
+    # Workers must run the same interpreter (the one that has siding installed).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in session_conf(master, app_name=app_name, ui=ui, extra=extra).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

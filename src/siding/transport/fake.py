@@ -1,0 +1,109 @@
+"""An in-memory Transport whose answers come from a script: for fast tests of everything above it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from siding.model import ACK, Delivery, Outcome
+from siding.transport.outcomes import outcome_from_connection_error, outcome_from_timeout
+
+Answer = Callable[[Delivery, int], Outcome]
+"""(delivery, how many times this delivery id was sent before) -> the outcome to return."""
+
+Script = Mapping[str, Outcome | Sequence[Outcome]] | Answer
+Latency = float | Callable[[Delivery], float]
+
+
+@dataclass(frozen=True, slots=True)
+class SendRecord:
+    """One finished ``send``: what, when it started and ended (``clock`` seconds), what came back,
+    and how many sends were in flight when it started (itself included)."""
+
+    delivery: Delivery
+    started_at: float
+    ended_at: float
+    outcome: Outcome
+    concurrent: int
+
+
+class ScriptedTransport:
+    """Answers per delivery id from ``script`` (ACK when the id is not in it).
+
+    A mapping value that is a sequence gives the answer of the 1st, 2nd, ... send of that id; the
+    last one repeats. Each send takes ``latency_s``; one longer than the deadline returns
+    ``outcome_from_timeout`` at the deadline, unless ``honour_deadline`` is off (a hung endpoint).
+    While ``down``, sends return BACKOFF at once and ``probe`` answers False.
+    """
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        latency_s: Latency = 0.0,
+        honour_deadline: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._script: Script = script or {}
+        self._latency = latency_s
+        self._honour_deadline = honour_deadline
+        self._clock = clock
+        self._seen: Counter[str] = Counter()
+        self.down = False
+        self.closed = False
+        self.started: list[Delivery] = []
+        self.sends: list[SendRecord] = []
+        self.probes = 0
+        self.in_flight = 0
+        self.max_concurrent = 0
+
+    def set_down(self, down: bool) -> None:
+        self.down = down
+
+    def sent_ids(self) -> list[str]:
+        """Delivery ids in the order their sends started."""
+        return [d.id for d in self.started]
+
+    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        started = self._clock()
+        self.started.append(delivery)
+        self.in_flight += 1
+        concurrent = self.in_flight
+        self.max_concurrent = max(self.max_concurrent, concurrent)
+        try:
+            outcome = await self._answer(delivery, deadline_s)
+        finally:
+            self.in_flight -= 1
+        self.sends.append(SendRecord(delivery, started, self._clock(), outcome, concurrent))
+        return outcome
+
+    async def probe(self) -> bool:
+        self.probes += 1
+        return not self.down
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def _answer(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        if self.down:
+            return outcome_from_connection_error(ConnectionRefusedError("scripted: endpoint down"))
+        nth = self._seen[delivery.id]
+        self._seen[delivery.id] += 1
+        latency = self._latency(delivery) if callable(self._latency) else self._latency
+        if self._honour_deadline and latency > deadline_s:
+            await asyncio.sleep(deadline_s)
+            return outcome_from_timeout(deadline_s)
+        if latency > 0:
+            await asyncio.sleep(latency)
+        return self._lookup(delivery, nth)
+
+    def _lookup(self, delivery: Delivery, nth: int) -> Outcome:
+        if callable(self._script):
+            return self._script(delivery, nth)
+        answers = self._script.get(delivery.id, ACK)
+        if isinstance(answers, Outcome):
+            return answers
+        return answers[min(nth, len(answers) - 1)] if answers else ACK

@@ -1,0 +1,202 @@
+"""What both gRPC transports (and the consumer SDK) share: the contract's messages <-> siding's
+model, channels bound to an event loop, call metadata and the health probe."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from siding.errors import ConfigError
+from siding.model import Delivery, Result, Verdict
+from siding.v1 import consumer_pb2
+
+ChannelOption = tuple[str, int | str]
+Metadata = tuple[tuple[str, str], ...]
+
+CONSUMER_SERVICE = "siding.v1.Consumer"
+
+DEFAULT_CHANNEL_OPTIONS: tuple[ChannelOption, ...] = (
+    # A recovered consumer should be noticed within seconds, not gRPC's default two minutes.
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+    # Find dead connections under a quiet long-lived stream; servers that find this too
+    # frequent answer GOAWAY(too_many_pings) and gRPC doubles the interval by itself.
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    # dns:/// targets with several addresses: spread calls over all of them.
+    ("grpc.lb_policy_name", "round_robin"),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+)
+
+_VERDICT_FROM_PROTO: dict[int, Verdict] = {
+    consumer_pb2.VERDICT_ACK: Verdict.ACK,
+    consumer_pb2.VERDICT_RETRY: Verdict.RETRY,
+    consumer_pb2.VERDICT_DEAD: Verdict.DEAD,
+}
+_VERDICT_TO_PROTO: dict[Verdict, Any] = {verdict: number for number, verdict in _VERDICT_FROM_PROTO.items()}
+
+
+def delivery_to_proto(delivery: Delivery) -> consumer_pb2.Delivery:
+    message = consumer_pb2.Delivery(
+        id=delivery.id,
+        topic=delivery.topic,
+        partition=delivery.partition,
+        offset=delivery.offset,
+        headers=[consumer_pb2.Header(key=k, value=v) for k, v in delivery.headers],
+        timestamp_ms=delivery.timestamp_ms,
+        attempt=delivery.attempt,
+        lane=delivery.lane,
+    )
+    # Optional fields: leaving them unset is how null (no key, tombstone) travels.
+    if delivery.key is not None:
+        message.key = delivery.key
+    if delivery.value is not None:
+        message.value = delivery.value
+    return message
+
+
+def delivery_from_proto(message: consumer_pb2.Delivery) -> Delivery:
+    return Delivery(
+        id=str(message.id),
+        topic=str(message.topic),
+        partition=int(message.partition),
+        offset=int(message.offset),
+        key=bytes(message.key) if message.HasField("key") else None,
+        value=bytes(message.value) if message.HasField("value") else None,
+        headers=tuple((str(h.key), bytes(h.value)) for h in message.headers),
+        timestamp_ms=int(message.timestamp_ms),
+        attempt=int(message.attempt),
+        lane=int(message.lane),
+    )
+
+
+def result_to_proto(result: Result) -> consumer_pb2.Result:
+    message = consumer_pb2.Result(
+        delivery_id=result.delivery_id,
+        verdict=_VERDICT_TO_PROTO[result.verdict],
+        reason=result.reason,
+    )
+    if result.retry_after_s is not None:
+        message.retry_after_seconds = result.retry_after_s
+    return message
+
+
+def result_from_proto(message: consumer_pb2.Result) -> Result:
+    """A ``Result`` message as the model's ``Result``.
+
+    A missing or unknown verdict is a consumer bug: it becomes RETRY, so the message is neither
+    lost (ACK) nor dead-lettered for something that is not its fault.
+    """
+    verdict = _VERDICT_FROM_PROTO.get(int(message.verdict))
+    reason = str(message.reason)
+    if verdict is None:
+        verdict = Verdict.RETRY
+        reason = reason or f"consumer answered without a verdict ({int(message.verdict)})"
+    retry_after = (
+        float(message.retry_after_seconds) if message.HasField("retry_after_seconds") else None
+    )
+    return Result(str(message.delivery_id), verdict, retry_after, reason)
+
+
+def call_metadata(token: str | None) -> Metadata:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelSpec:
+    """How to reach one endpoint. ``target`` is ``host:port`` or ``dns:///host:port``."""
+
+    target: str
+    tls: bool = False
+    ca_file: str | None = None
+    options: tuple[ChannelOption, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            raise ConfigError("target", "a gRPC target (host:port or dns:///host:port) is required")
+        if self.ca_file is not None and not self.tls:
+            raise ConfigError("ca_file", "a CA file only makes sense with tls enabled")
+
+    def open(self) -> grpc.aio.Channel:
+        """A new channel on the running event loop (no I/O until the first call)."""
+        options = merge_options(DEFAULT_CHANNEL_OPTIONS, self.options)
+        if not self.tls:
+            return grpc.aio.insecure_channel(self.target, options=options)
+        root = None
+        if self.ca_file is not None:
+            try:
+                root = Path(self.ca_file).read_bytes()
+            except OSError as exc:
+                raise ConfigError("ca_file", f"cannot read {self.ca_file}: {exc}") from exc
+        credentials = grpc.ssl_channel_credentials(root_certificates=root)
+        return grpc.aio.secure_channel(self.target, credentials, options=options)
+
+
+def merge_options(
+    defaults: Sequence[ChannelOption], overrides: Sequence[ChannelOption]
+) -> list[ChannelOption]:
+    """Channel options with ``overrides`` replacing defaults of the same name."""
+    merged = dict(defaults)
+    merged.update(overrides)
+    return list(merged.items())
+
+
+class LoopChannel:
+    """A channel for whichever event loop is running.
+
+    A ``grpc.aio`` channel belongs to the loop that created it, and a Spark worker may run each
+    batch in a new loop; so the channel is made lazily and made again when the loop changes.
+    """
+
+    def __init__(self, spec: ChannelSpec) -> None:
+        self.spec = spec
+        self._channel: grpc.aio.Channel | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> grpc.aio.Channel:
+        loop = asyncio.get_running_loop()
+        if self._channel is None or self._loop is not loop:
+            # The old loop is gone (closed with it); its channel cannot be awaited any more.
+            self._channel = self.spec.open()
+            self._loop = loop
+        return self._channel
+
+    def is_current(self, channel: grpc.aio.Channel) -> bool:
+        return channel is self._channel and self._loop is asyncio.get_running_loop()
+
+    async def close(self) -> None:
+        channel, loop = self._channel, self._loop
+        self._channel = self._loop = None
+        if channel is not None and loop is asyncio.get_running_loop():
+            await channel.close(None)
+
+
+async def probe_channel(channel: grpc.aio.Channel, metadata: Metadata, timeout_s: float) -> bool:
+    """gRPC health checking (overall server status); when the server does not implement it,
+    whether the channel can connect at all."""
+    stub: Any = health_pb2_grpc.HealthStub(channel)
+    try:
+        response = await stub.Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=timeout_s, metadata=metadata
+        )
+    except grpc.aio.AioRpcError as error:
+        if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+            return await channel_ready(channel, timeout_s)
+        return False
+    return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def channel_ready(channel: grpc.aio.Channel, timeout_s: float) -> bool:
+    try:
+        await asyncio.wait_for(channel.channel_ready(), timeout_s)
+    except TimeoutError:
+        return False
+    return True

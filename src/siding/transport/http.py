@@ -1,0 +1,353 @@
+"""HTTP webhook transport: POST each delivery to one endpoint and map the answer to an outcome.
+
+The request is CloudEvents HTTP binary mode (the raw value is the body, metadata in ``ce-*``
+headers) signed per Standard Webhooks; docs/webhooks.md lists every header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import ssl
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import aiohttp
+from yarl import URL
+
+from siding.errors import ConfigError
+from siding.model import Delivery, Outcome, OutcomeKind
+from siding.transport import signing
+from siding.transport.outcomes import (
+    outcome_from_connection_error,
+    outcome_from_http,
+    outcome_from_timeout,
+)
+
+DEFAULT_SOURCE = "kafka://{topic}"
+DEFAULT_EVENT_TYPE = "dev.siding.delivery"
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
+# A forwarded header this long risks a 431/400 from the consumer's server, which would
+# dead-letter a good message; such a header is dropped instead.
+MAX_FORWARDED_VALUE_BYTES = 4096
+_REASON_EXCERPT_CHARS = 200
+_USER_AGENT = "siding"
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field-name
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB; includes CR, LF, NUL
+_RESERVED_PREFIXES = ("ce-", "webhook-", "siding-")
+# Ours, or hop-by-hop / framing headers that would change how the request itself is carried.
+_RESERVED_NAMES = frozenset(
+    {
+        "authorization",
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "proxy-authorization",
+        "proxy-connection",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaders:
+    """The headers of one webhook request, and how many Kafka headers were not forwarded."""
+
+    headers: tuple[tuple[str, str], ...]
+    dropped: int
+
+
+def build_headers(
+    delivery: Delivery,
+    *,
+    timestamp_s: int,
+    secret: str | None = None,
+    bearer_token: str | None = None,
+    source: str = DEFAULT_SOURCE,
+    event_type: str = DEFAULT_EVENT_TYPE,
+) -> RequestHeaders:
+    """Every header of the POST for ``delivery`` (sent at ``timestamp_s``); pure.
+
+    ``source`` may contain ``{topic}``. Kafka headers are forwarded unless unsafe or reserved;
+    a Kafka ``content-type`` header becomes the request's content type.
+    """
+    headers: list[tuple[str, str]] = [
+        ("ce-specversion", "1.0"),
+        ("ce-id", delivery.id),
+        ("ce-source", source.replace("{topic}", delivery.topic)),
+        ("ce-type", event_type),
+    ]
+    if delivery.timestamp_ms > 0:
+        headers.append(("ce-time", rfc3339(delivery.timestamp_ms)))
+    subject = printable_key(delivery.key)
+    if subject is not None:
+        headers.append(("ce-subject", subject))
+    headers += [
+        ("webhook-id", delivery.id),
+        ("webhook-timestamp", str(timestamp_s)),
+    ]
+    if secret is not None:
+        body = delivery.value or b""
+        headers.append(("webhook-signature", signing.sign(secret, delivery.id, timestamp_s, body)))
+    headers += [
+        ("siding-attempt", str(delivery.attempt)),
+        ("siding-lane", str(delivery.lane)),
+        ("siding-topic", delivery.topic),
+        ("siding-partition", str(delivery.partition)),
+        ("siding-offset", str(delivery.offset)),
+    ]
+    if delivery.key is not None and subject is None:
+        headers.append(("siding-key", base64.b64encode(delivery.key).decode()))
+
+    content_type = DEFAULT_CONTENT_TYPE
+    dropped = 0
+    for name, raw in delivery.headers:
+        value = header_value(raw)
+        if value is None or not _TOKEN.fullmatch(name):
+            dropped += 1
+            continue
+        lowered = name.lower()
+        if lowered == "content-type":
+            content_type = value  # the last one wins, as Kafka's Headers.lastHeader does
+        elif lowered in _RESERVED_NAMES or lowered.startswith(_RESERVED_PREFIXES):
+            dropped += 1
+        else:
+            headers.append((name, value))
+    headers.append(("content-type", content_type))
+    if bearer_token is not None:
+        headers.append(("authorization", _bearer(bearer_token)))
+    return RequestHeaders(tuple(headers), dropped)
+
+
+def header_value(raw: bytes) -> str | None:
+    """A Kafka header value as a safe HTTP field value, or ``None`` when it must not be sent."""
+    if len(raw) > MAX_FORWARDED_VALUE_BYTES:
+        return None
+    try:
+        value = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if _CONTROL.search(value) else value
+
+
+def printable_key(key: bytes | None) -> str | None:
+    """The key as text when it is non-empty printable ASCII that survives HTTP intact."""
+    if not key or not key.isascii():
+        return None
+    text = key.decode("ascii")
+    # Leading/trailing blanks would be trimmed in transit, so such a key goes as base64.
+    return text if text.isprintable() and text == text.strip() else None
+
+
+def rfc3339(timestamp_ms: int) -> str:
+    """A Kafka timestamp (ms since the epoch) as RFC 3339 UTC with milliseconds."""
+    seconds, millis = divmod(timestamp_ms, 1000)
+    when = datetime.fromtimestamp(seconds, tz=UTC)
+    return f"{when:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+
+
+class HttpTransport:
+    """POSTs deliveries to one webhook endpoint over a pooled ``aiohttp`` session.
+
+    The session is created lazily inside the running event loop and belongs to that loop: to
+    use the transport from another loop (say, the next batch's ``asyncio.run``), ``close()``
+    it in the first loop; it then reopens in the next. Redirects are never followed; HTTPS is
+    verified against the system trust store, or only ``ca_file`` when given, unless
+    ``insecure=True``. ``dropped_headers`` counts Kafka headers that were not forwarded.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        secret: str | None = None,
+        bearer_token: str | None = None,
+        source: str = DEFAULT_SOURCE,
+        event_type: str = DEFAULT_EVENT_TYPE,
+        max_connections: int = 100,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        connect_timeout_s: float = 10.0,
+        probe_timeout_s: float = 5.0,
+        ca_file: str | None = None,
+        insecure: bool = False,
+    ) -> None:
+        self._url = _endpoint(url)
+        if secret is not None:
+            signing.secret_key(secret)  # fail now, not on the first delivery
+        if bearer_token is not None and not _is_token(bearer_token):
+            raise ConfigError("bearer_token", "must be printable ASCII without spaces")
+        for key, text in (("source", source), ("event_type", event_type)):
+            if not text or _CONTROL.search(text):
+                raise ConfigError(key, "must be non-empty and free of control characters")
+        if max_connections < 1:
+            raise ConfigError("max_connections", "must be at least 1")
+        if max_response_bytes < 0:
+            raise ConfigError("max_response_bytes", "must not be negative")
+        self._secret = secret
+        self._bearer_token = bearer_token
+        self._source = source
+        self._event_type = event_type
+        self._max_connections = max_connections
+        self._max_response_bytes = max_response_bytes
+        self._connect_timeout_s = connect_timeout_s
+        self._probe_timeout_s = probe_timeout_s
+        self._ssl = _ssl_setting(ca_file, insecure)
+        self._client: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.dropped_headers = 0
+
+    def __repr__(self) -> str:
+        return f"HttpTransport({_redacted(self._url)!r})"  # never a secret or a token
+
+    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        client = self._session()
+        request = build_headers(
+            delivery,
+            timestamp_s=int(time.time()),
+            secret=self._secret,
+            bearer_token=self._bearer_token,
+            source=self._source,
+            event_type=self._event_type,
+        )
+        self.dropped_headers += request.dropped
+        try:
+            async with client.post(
+                self._url,
+                data=delivery.value or b"",
+                headers=request.headers,
+                allow_redirects=False,
+                timeout=self._timeout(deadline_s),
+            ) as response:
+                outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
+                excerpt = await _read_excerpt(response, self._max_response_bytes)
+        except aiohttp.ConnectionTimeoutError as error:
+            return outcome_from_connection_error(error)  # never connected: nothing was delivered
+        except TimeoutError:
+            return outcome_from_timeout(deadline_s)
+        except aiohttp.ClientError as error:
+            # Refused, reset, TLS failure, or an answer that is not HTTP.
+            return outcome_from_connection_error(error)
+        if outcome.kind is OutcomeKind.ACK or not excerpt:
+            return outcome
+        return replace(outcome, reason=f"{outcome.reason}: {excerpt}")
+
+    async def probe(self) -> bool:
+        """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up."""
+        client = self._session()
+        token = self._bearer_token
+        auth = () if token is None else (("authorization", _bearer(token)),)
+        try:
+            async with client.options(
+                self._url,
+                headers=auth,
+                allow_redirects=False,
+                timeout=self._timeout(self._probe_timeout_s),
+            ):
+                return True
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        client, self._client, self._loop = self._client, None, None
+        if client is not None:
+            await client.close()
+
+    def _timeout(self, total_s: float) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=total_s, sock_connect=min(total_s, self._connect_timeout_s)
+        )
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._client is not None:
+            if self._loop is not loop:
+                raise RuntimeError(
+                    "HttpTransport is in use by another event loop; close() it there first"
+                )
+            return self._client
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
+            # Stateless: no cookies carried between deliveries, no compressed answers to inflate.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("accept-encoding",),
+            headers={"user-agent": _USER_AGENT},
+        )
+        self._loop = loop
+        return self._client
+
+
+async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:
+    """At most ``limit`` bytes of the answer, as a short printable excerpt.
+
+    The status is already known, so a body that is cut, slow or broken changes nothing; when it
+    was not read to its end the connection is dropped rather than returned to the pool.
+    """
+    data = bytearray()
+    complete = False
+    try:
+        while len(data) < limit:
+            chunk = await response.content.read(limit - len(data))
+            if not chunk:
+                break
+            data += chunk
+        complete = response.content.at_eof()
+    except (aiohttp.ClientError, TimeoutError):
+        pass
+    if not complete:
+        response.close()
+    return _excerpt(bytes(data))
+
+
+def _excerpt(data: bytes) -> str:
+    """A response body squeezed into one short printable line, for an outcome's reason."""
+    text = data[: _REASON_EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
+    printable = "".join(c if c.isprintable() else " " for c in text)
+    return " ".join(printable.split())[:_REASON_EXCERPT_CHARS]
+
+
+def _endpoint(url: str) -> URL:
+    try:
+        parsed = URL(url)
+    except ValueError:
+        raise ConfigError("endpoint", "not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(
+            "endpoint", f"must be http://host/... or https://host/...: {_redacted(parsed)!r}"
+        )
+    return parsed
+
+
+def _redacted(url: URL) -> str:
+    return str(url.with_user(None)) if url.user or url.password else str(url)
+
+
+def _bearer(token: str) -> str:
+    return f"Bearer {token}"
+
+
+def _is_token(token: str) -> bool:
+    return bool(token) and token.isascii() and token.isprintable() and " " not in token
+
+
+def _ssl_setting(ca_file: str | None, insecure: bool) -> ssl.SSLContext | bool:
+    if insecure and ca_file is not None:
+        raise ConfigError("ca_file", "ca_file and insecure=True contradict each other")
+    if insecure:
+        return False
+    if ca_file is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError("ca_file", f"cannot load {ca_file}: {error}") from None

@@ -1,0 +1,134 @@
+"""The parts work together: real Kafka (KRaft) and real Spark with Spark's own Kafka connector."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from siding.devkit.broker import EmbeddedKafka
+from siding.devkit.wait import wait_until
+from siding.kafka.admin import TopicSpec, ensure_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+COUNT = 1000
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(count):
+        producer.produce(
+            topic,
+            key=f"key-{i % 7}".encode(),
+            value=f"value-{i}".encode(),
+            headers=[("seq", str(i).encode()), ("bin", bytes([i % 256, 0xFF]))],
+        )
+    assert producer.flush(30) == 0
+
+
+def _kafka_reader(spark: SparkSession, bootstrap: str, topic: str) -> Any:
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+    )
+
+
+def test_broker_accepts_clients_and_has_share_groups(kafka: EmbeddedKafka) -> None:
+    # Given the embedded broker; when a client asks for metadata; then it answers as one node.
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    metadata = admin.list_topics(timeout=10)
+    assert len(metadata.brokers) == 1
+    assert kafka.bootstrap.startswith("127.0.0.1:")
+    # Share groups (KIP-932) are a finalized feature from format time on.
+    formatted = (kafka.log_file.parent / "format.log").read_text()
+    assert "name='share.version', featureLevel=1" in formatted
+
+
+def test_streaming_query_reads_every_key_value_and_header(
+    kafka: EmbeddedKafka, spark: SparkSession, topic_name: Callable[[str], str]
+) -> None:
+    # Given 1,000 keyed messages with headers
+    topic = topic_name("src")
+    ensure_topics(AdminClient({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic, 2)])
+    _produce(kafka.bootstrap, topic, COUNT)
+    rows: list[tuple[bytes, bytes, dict[str, bytes]]] = []
+    lock = threading.Lock()
+
+    def collect(batch: DataFrame, _batch_id: int) -> None:
+        for row in batch.collect():
+            headers = {h["key"]: bytes(h["value"]) for h in row["headers"]}
+            with lock:
+                rows.append((bytes(row["key"]), bytes(row["value"]), headers))
+
+    # When a Structured Streaming query reads the topic with includeHeaders
+    query = (
+        _kafka_reader(spark, kafka.bootstrap, topic)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise AssertionError(str(query.exception()))
+    # Then every key, value and header arrived, exactly once
+    assert len(rows) == COUNT
+    by_value = {value: (key, headers) for key, value, headers in rows}
+    for i in range(COUNT):
+        key, headers = by_value[f"value-{i}".encode()]
+        assert key == f"key-{i % 7}".encode()
+        assert headers == {"seq": str(i).encode(), "bin": bytes([i % 256, 0xFF])}
+
+
+def test_bounded_batch_read_counts_exact_range(
+    kafka: EmbeddedKafka, spark: SparkSession, topic_name: Callable[[str], str]
+) -> None:
+    topic = topic_name("bounded")
+    ensure_topics(AdminClient({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic, 1)])
+    _produce(kafka.bootstrap, topic, COUNT)
+    # When reading offsets [100, 600) as a batch
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {"0": 100}}))
+        .option("endingOffsets", json.dumps({topic: {"0": 600}}))
+        .load()
+    )
+    offsets = sorted(row["offset"] for row in frame.select("offset").collect())
+    # Then exactly that range comes back
+    assert offsets == list(range(100, 600))
+
+
+def test_min_partitions_splits_one_kafka_partition_into_many_tasks(
+    kafka: EmbeddedKafka, spark: SparkSession, topic_name: Callable[[str], str]
+) -> None:
+    topic = topic_name("split")
+    ensure_topics(AdminClient({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic, 1)])
+    _produce(kafka.bootstrap, topic, COUNT)
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("minPartitions", "4")
+        .load()
+    )
+    # One Kafka partition becomes 4 Spark tasks, each with a slice of the offsets
+    sizes = frame.rdd.glom().map(len).collect()
+    assert len(sizes) == 4
+    assert sum(sizes) == COUNT
+    assert all(size > 0 for size in sizes)
+
+
+def test_wait_until_reports_what_it_waited_for() -> None:
+    values = iter([0, 0, 3])
+    assert wait_until(lambda: next(values), timeout_s=5, interval_s=0.01) == 3
