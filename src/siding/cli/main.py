@@ -17,9 +17,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from siding.cli import dev
+    from siding.cli import dev, run
 
     cli.add_command(dev.dev)
+    cli.add_command(run.run)
+    cli.add_command(run.check_config)
+    from siding.cli import sim
+
+    cli.add_command(sim.sim)
 
 
 def main() -> None:

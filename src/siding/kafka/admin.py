@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from siding.errors import SidingError
@@ -13,6 +15,47 @@ from siding.errors import SidingError
 
 class KafkaAdminError(SidingError):
     retriable = True
+
+
+T = TypeVar("T")
+
+
+_TRANSIENT = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def _is_retriable(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, KafkaError):
+        return False
+    return error.retriable() or error.code() in _TRANSIENT
+
+
+def with_retries(call: Callable[[], T], timeout_s: float = 30.0) -> T:
+    """Run an admin call again while Kafka answers with a retriable error (coordinator loading,
+    leader moving), up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except KafkaAdminError as exc:
+            cause = exc.__cause__
+            retriable = isinstance(cause, KafkaException) and _is_retriable(cause)
+            if not retriable or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2.0, delay * 2)
 
 
 @dataclass(frozen=True)
@@ -65,6 +108,10 @@ def committed_offsets(
     admin: AdminClient, group: str, topic: str, timeout_s: float = 10.0
 ) -> dict[int, int]:
     """Partition -> the group's committed offset (the next record to read), for one topic."""
+    return with_retries(lambda: _committed_offsets(admin, group, topic, timeout_s))
+
+
+def _committed_offsets(admin: AdminClient, group: str, topic: str, timeout_s: float) -> dict[int, int]:
     request = [ConsumerGroupTopicPartitions(group)]
     futures = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
     result: dict[int, int] = {}
@@ -83,8 +130,13 @@ def commit_offsets(
     admin: AdminClient, group: str, topic: str, offsets: Mapping[int, int], timeout_s: float = 10.0
 ) -> None:
     """Set the group's committed offsets (next record to read) for one topic."""
-    if not offsets:
-        return
+    if offsets:
+        with_retries(lambda: _commit_offsets(admin, group, topic, offsets, timeout_s))
+
+
+def _commit_offsets(
+    admin: AdminClient, group: str, topic: str, offsets: Mapping[int, int], timeout_s: float
+) -> None:
     partitions = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
     futures = admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout_s

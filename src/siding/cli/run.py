@@ -1,0 +1,53 @@
+"""``siding run`` and ``siding check-config``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from siding.config import load_config
+
+
+@click.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def check_config(path: Path) -> None:
+    """Validate a siding.toml without starting anything; print it with secrets redacted."""
+    config = load_config(path)
+    click.echo(json.dumps(config.redacted_dict(), indent=2, default=str))
+    click.echo(f"ok: {len(config.route)} route(s)", err=True)
+
+
+@click.command("run")
+@click.option(
+    "-c",
+    "--config",
+    "path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="siding.toml",
+    show_default=True,
+)
+def run(path: Path) -> None:
+    """Run every route of the config until Ctrl-C / SIGTERM."""
+    from siding.pipeline.app import Application
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = load_config(path)
+    app = Application(config)
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        app.stop_event.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        app.start()
+        click.echo(f"siding: running {len(config.route)} route(s); Ctrl-C to stop", err=True)
+        app.run()
+    finally:
+        app.stop()
+    click.echo("siding: stopped cleanly", err=True)

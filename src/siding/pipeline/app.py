@@ -1,0 +1,180 @@
+"""The Spark application: per route, one streaming query for the main lane and one per retry lane."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from siding import naming
+from siding.config import RouteConfig, SidingConfig
+from siding.errors import SidingError
+from siding.kafka.admin import (
+    TopicSpec,
+    admin_client,
+    committed_offsets,
+    ensure_topics,
+    existing_topics,
+)
+from siding.kafka.reader import read_to_end
+from siding.pipeline.batch import BatchSink, LaneBatchHandler
+from siding.pipeline.commits import CommitTarget, make_listener
+from siding.pipeline.keystate import KeyParking
+from siding.pipeline.session import build_session
+from siding.pipeline.source import source_options, starting_offsets
+from siding.routing.producer import DurableProducer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+_COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+
+
+class RouteFailed(SidingError):
+    """A route's query stopped with an error; the message names the route and the cause."""
+
+
+@dataclass
+class Application:
+    """Owns the SparkSession and every query; ``run`` blocks until ``stop`` or a failure."""
+
+    config: SidingConfig
+    sink: BatchSink = field(default_factory=BatchSink)
+    on_progress: Callable[[str, Any], None] = lambda *_: None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    queries: list[StreamingQuery] = field(default_factory=list)
+    spark: SparkSession | None = None
+    _own_session: bool = False
+    _listener: Any = None
+
+    def start(self) -> None:
+        """Create topics, restore state and start every query. A SparkSession passed in as
+        ``spark`` is used (and left running on ``stop``); otherwise one is built from the config."""
+        config = self.config
+        if self.spark is None:
+            self.spark = build_session(
+                config.spark.master,
+                app_name=config.spark.app_name,
+                extra=config.spark.conf_values(),
+            )
+            self._own_session = True
+        client_conf = config.kafka.client_config()
+        admin = admin_client({k: str(v) for k, v in client_conf.items()})
+        targets: dict[str, CommitTarget] = {}
+        for route in config.route:
+            partitions = self._prepare_topics(admin, route)
+            parking = KeyParking(naming.state_topic(route.name, "keys"))
+            parking.restore(read_to_end(client_conf, parking.topic))
+            state_producer = DurableProducer(client_conf)
+            topics = (route.topic, *naming.route_lane_topics(route))
+            for lane, topic in enumerate(topics):
+                name = naming.query_name(route.name, lane)
+                targets[name] = CommitTarget(route.group, topic)
+                handler = LaneBatchHandler(
+                    route=route,
+                    lane=lane,
+                    client_conf=client_conf,
+                    parking=parking,
+                    state_producer=state_producer,
+                    stop=self.stop_event,
+                    sink=self.sink,
+                    parallelism=self.spark.sparkContext.defaultParallelism,
+                )
+                checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
+                    route.name, lane
+                )
+                starting = self._starting(admin, route, topic, partitions, checkpoint, lane)
+                self._start_query(route, name, topic, handler, checkpoint, starting)
+        self._listener = make_listener(admin, targets, self.on_progress)
+        self.spark.streams.addListener(self._listener)
+
+    def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
+        present = existing_topics(admin)
+        if route.topic not in present:
+            raise RouteFailed(f"route {route.name}: source topic {route.topic} does not exist")
+        partitions = present[route.topic]
+        specs = [TopicSpec(t, partitions) for t in naming.route_lane_topics(route)]
+        specs.append(TopicSpec(naming.route_dlq(route), partitions))
+        specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+        ensure_topics(admin, specs)
+        return partitions
+
+    def _starting(
+        self,
+        admin: Any,
+        route: RouteConfig,
+        topic: str,
+        partitions: int,
+        checkpoint: Path,
+        lane: int,
+    ) -> str:
+        if (checkpoint / "offsets").exists():
+            return "earliest"  # ignored by Spark: the checkpoint is the source of truth
+        committed = committed_offsets(admin, route.group, topic)
+        fallback = route.starting_offsets if lane == 0 else "earliest"
+        return starting_offsets(topic, partitions, committed, fallback)
+
+    def _start_query(
+        self,
+        route: RouteConfig,
+        name: str,
+        topic: str,
+        handler: LaneBatchHandler,
+        checkpoint: Path,
+        starting: str,
+    ) -> None:
+        assert self.spark is not None
+        options = source_options(
+            self.config.kafka.spark_options(),
+            topic,
+            starting=starting,
+            min_partitions=route.min_partitions,
+            max_offsets_per_trigger=route.max_offsets_per_trigger,
+        )
+        query = (
+            self.spark.readStream.format("kafka")
+            .options(**options)
+            .load()
+            .writeStream.queryName(name)
+            .foreachBatch(handler)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime=f"{int(self.config.spark.trigger * 1000)} milliseconds")
+            .start()
+        )
+        self.queries.append(query)
+        log.info("started %s on %s", name, topic)
+
+    def run(self, poll_s: float = 0.5) -> None:
+        """Block until ``stop_event`` is set (clean stop) or a query fails (``RouteFailed``)."""
+        while not self.stop_event.wait(poll_s):
+            for query in self.queries:
+                if not query.isActive:
+                    error = query.exception()
+                    self.stop_event.set()
+                    raise RouteFailed(f"{query.name} stopped: {_short(str(error))}")
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for query in self.queries:
+            try:
+                query.stop()
+            except Exception:  # stopping the others matters more than this one's error
+                log.exception("stopping %s", query.name)
+        if self.spark is not None and self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+        if self.spark is not None and self._own_session:
+            self.spark.stop()
+        self.spark = None
+
+
+def _short(text: str) -> str:
+    for line in text.splitlines():
+        if "BatchFailed" in line or "siding" in line:
+            return line.strip()[:800]
+    return text.strip().splitlines()[0][:800] if text.strip() else "unknown error"

@@ -1,0 +1,134 @@
+"""foreachBatch glue: one micro-batch of one lane of one route, on the driver.
+
+The batch returns (and Spark may commit its offsets) only when every task has delivered its slice
+and written its lane/DLQ records durably, and the key-parking state is written too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from siding.config import RouteConfig
+from siding.errors import SidingError
+from siding.model import Ordering
+from siding.pipeline.keystate import KeyParking
+from siding.pipeline.plan import build_plan
+from siding.pipeline.rows import SELECT_EXPR
+from siding.pipeline.task import TaskResult, deliver_partition
+from siding.routing import story
+from siding.routing.producer import DurableProducer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "stop the route", not "try the batch again".
+_FATAL_MARKERS = ("DlqFloodError", "EndpointGoneError")
+
+NOT_BEFORE_EXPR = (
+    "max(cast(decode(filter(headers, h -> h.key = '"
+    + story.NOT_BEFORE
+    + "')[0].value, 'UTF-8') as long)) AS nb"
+)
+
+
+class BatchFailed(SidingError):
+    """A batch could not get a durable outcome for every record; its offsets stay uncommitted."""
+
+
+@dataclass
+class BatchSink:
+    """Where batch results go on the driver (metrics, status, the demo's live view)."""
+
+    on_result: Callable[[str, int, list[TaskResult], float], None] = lambda *_: None
+
+
+@dataclass
+class LaneBatchHandler:
+    route: RouteConfig
+    lane: int
+    client_conf: Mapping[str, object]
+    parking: KeyParking
+    state_producer: DurableProducer
+    stop: threading.Event
+    sink: BatchSink = field(default_factory=BatchSink)
+    attempts: int = 3
+    parallelism: int = 4
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        rows = frame.selectExpr(*SELECT_EXPR)
+        if self.lane > 0:
+            self._wait_until_releasable(frame)
+        if self.route.ordering is Ordering.KEY:
+            # All records of a key in one task, in log order; more tasks than Kafka partitions.
+            tasks = max(self.parallelism, self.route.min_partitions)
+            rows = rows.repartition(tasks, "partition", "key").sortWithinPartitions(
+                "partition", "offset"
+            )
+        results = self._run_with_retries(rows, batch_id)
+        events = [event for result in results for event in result.park_events]
+        state = self.parking.apply(events)
+        if state:
+            self.state_producer.write(state)
+        self.sink.on_result(self.route.name, self.lane, results, time.monotonic() - started)
+
+    def _run_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
+        for attempt in range(1, self.attempts + 1):
+            if self.stop.is_set():
+                raise BatchFailed(f"route {self.route.name}: stopping; batch {batch_id} not committed")
+            try:
+                return self._run(rows)
+            except Exception as exc:
+                text = str(exc)
+                fatal = any(marker in text for marker in _FATAL_MARKERS)
+                if fatal or attempt == self.attempts:
+                    raise BatchFailed(
+                        f"route {self.route.name} lane {self.lane} batch {batch_id}: {_summary(text)}"
+                    ) from exc
+                log.warning(
+                    "route %s lane %d batch %d failed (attempt %d/%d), running it again: %s",
+                    self.route.name,
+                    self.lane,
+                    batch_id,
+                    attempt,
+                    self.attempts,
+                    _summary(text),
+                )
+                self.stop.wait(min(30.0, 2.0**attempt))
+        raise AssertionError("unreachable")
+
+    def _run(self, rows: DataFrame) -> list[TaskResult]:
+        rdd = rows.rdd
+        plan = build_plan(
+            self.route, self.lane, self.client_conf, rdd.getNumPartitions(), self.parking.snapshot()
+        )
+        results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
+        return results
+
+    def _wait_until_releasable(self, frame: DataFrame) -> None:
+        """Hold a retry-lane batch on the driver until its records may go: a sleeping task would
+        take an executor slot that the main lane needs."""
+        row: Any = frame.selectExpr(NOT_BEFORE_EXPR).collect()[0]
+        not_before_ms = row["nb"]
+        if not_before_ms is None:
+            return
+        wait_s = not_before_ms / 1000 - time.time()
+        if wait_s > 0:
+            self.stop.wait(wait_s)
+
+
+def _summary(text: str) -> str:
+    """The useful line of a Spark/py4j error: siding's own message when there is one."""
+    for line in text.splitlines():
+        for marker in ("siding.errors.", "SidingError", "DurableWriteError", *_FATAL_MARKERS):
+            if marker in line:
+                return line.strip()[:500]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else text)[:500]

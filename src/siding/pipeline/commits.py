@@ -1,0 +1,69 @@
+"""After Spark commits a batch (checkpoint first), commit the same offsets to the route's
+consumer group, so standard Kafka tooling shows the lag."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from siding.kafka.admin import commit_offsets
+from siding.pipeline.source import end_offsets
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitTarget:
+    group: str
+    topic: str
+
+
+def make_listener(
+    admin: AdminClient,
+    targets: Mapping[str, CommitTarget],
+    on_progress: Callable[[str, Any], None] = lambda *_: None,
+) -> Any:
+    """A ``StreamingQueryListener`` that commits each query's ``endOffset`` to its group.
+
+    ``onQueryProgress`` fires after the batch's commit log entry is written, so the group never
+    runs ahead of the checkpoint (DESIGN.md, invariant 1).
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    lock = threading.Lock()
+    last: dict[str, dict[int, int]] = {}
+
+    class GroupCommitListener(StreamingQueryListener):  # type: ignore[misc]
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress = event.progress
+            name = progress.name
+            target = targets.get(name)
+            if target is None:
+                return
+            try:
+                on_progress(name, progress)
+                for source in progress.sources:
+                    offsets = end_offsets(source.endOffset, target.topic)
+                    with lock:
+                        if not offsets or last.get(name) == offsets:
+                            continue
+                        commit_offsets(admin, target.group, target.topic, offsets)
+                        last[name] = offsets
+            except Exception:  # a listener must never kill the query; the next batch retries
+                log.exception("committing offsets of %s to group %s failed", name, target.group)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return GroupCommitListener()

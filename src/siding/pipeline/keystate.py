@@ -1,0 +1,101 @@
+"""Key mode across batches: which records of each key sit in retry lanes (driver side).
+
+Every batch of every lane of a route reads a snapshot, and reports park/release events when it
+ends. The state is kept durable in a compacted topic (``siding.naming.state_topic(route, "keys")``),
+written before the batch may commit, and read back when the route starts.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from siding.dispatch.keyorder import OrderKey, ParkedRecord
+from siding.routing.producer import OutRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ParkEvent:
+    """``lane is None``: the record left the lanes (ACKed or dead); else it sits in ``lane``."""
+
+    key: OrderKey
+    offset: int
+    lane: int | None
+    not_before_ms: int = 0
+
+
+def encode_key(key: OrderKey) -> bytes:
+    partition, raw = key
+    return struct.pack(">i", partition) + raw
+
+
+def decode_key(data: bytes) -> OrderKey:
+    (partition,) = struct.unpack(">i", data[:4])
+    return (int(partition), data[4:])
+
+
+def encode_value(records: Mapping[int, ParkedRecord]) -> bytes | None:
+    """``None`` (a tombstone) once nothing of the key is parked."""
+    if not records:
+        return None
+    rows = [[r.offset, r.lane, r.not_before_ms] for r in sorted(records.values(), key=lambda r: r.offset)]
+    return json.dumps(rows, separators=(",", ":")).encode()
+
+
+def decode_value(data: bytes | None) -> dict[int, ParkedRecord]:
+    if not data:
+        return {}
+    return {int(o): ParkedRecord(int(o), int(lane), int(nb)) for o, lane, nb in json.loads(data)}
+
+
+class KeyParking:
+    """Thread-safe: the main lane's and the retry lanes' batches run on different driver threads."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self._lock = threading.Lock()
+        self._parked: dict[OrderKey, dict[int, ParkedRecord]] = {}
+
+    def snapshot(self) -> dict[OrderKey, tuple[ParkedRecord, ...]]:
+        with self._lock:
+            return {
+                key: tuple(sorted(records.values(), key=lambda r: r.offset))
+                for key, records in self._parked.items()
+            }
+
+    def apply(self, events: Iterable[ParkEvent]) -> list[OutRecord]:
+        """Apply a batch's events; returns the state records to write for the keys that changed."""
+        changed: set[OrderKey] = set()
+        with self._lock:
+            for event in events:
+                records = self._parked.setdefault(event.key, {})
+                if event.lane is None:
+                    if records.pop(event.offset, None) is None:
+                        continue
+                else:
+                    records[event.offset] = ParkedRecord(event.offset, event.lane, event.not_before_ms)
+                changed.add(event.key)
+            out = []
+            for key in changed:
+                records = self._parked.get(key, {})
+                out.append(OutRecord(self.topic, encode_key(key), encode_value(records), ()))
+                if not records:
+                    self._parked.pop(key, None)
+            return out
+
+    def restore(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Rebuild from the compacted topic, read from the beginning (later records win)."""
+        with self._lock:
+            for key, value in records:
+                parked = decode_value(value)
+                if parked:
+                    self._parked[decode_key(key)] = parked
+                else:
+                    self._parked.pop(decode_key(key), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(r) for r in self._parked.values())

@@ -1,0 +1,98 @@
+"""Pure: Spark rows of the Kafka source -> deliveries, for the main lane and for retry lanes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from siding.model import Delivery, LaneHop, delivery_id
+from siding.routing import story
+
+# Columns every lane's batch is reduced to before it is shipped to the tasks.
+COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "ts_ms")
+SELECT_EXPR = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "headers",
+    "unix_millis(timestamp) AS ts_ms",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A delivery read from a lane, with what its story carried, or why it cannot be delivered."""
+
+    delivery: Delivery
+    not_before_ms: int = 0
+    hops: tuple[LaneHop, ...] = ()
+    malformed: str = ""
+
+
+def _headers(raw: Sequence[Any] | None) -> list[tuple[str, bytes | None]]:
+    if not raw:
+        return []
+    return [(str(h[0]), bytes(h[1]) if h[1] is not None else None) for h in raw]
+
+
+def _bytes(value: Any) -> bytes | None:
+    return bytes(value) if value is not None else None
+
+
+def main_lane_delivery(row: Sequence[Any]) -> Incoming:
+    """A record of the source topic: attempt 1 in lane 0. ``siding.*`` headers are not trusted
+    from producers and are dropped."""
+    topic, partition, offset, key, value, headers, ts_ms = row
+    return Incoming(
+        Delivery(
+            id=delivery_id(topic, partition, offset),
+            topic=topic,
+            partition=int(partition),
+            offset=int(offset),
+            key=_bytes(key),
+            value=_bytes(value),
+            headers=story.user_headers(_headers(headers)),
+            timestamp_ms=int(ts_ms or 0),
+        )
+    )
+
+
+def retry_lane_delivery(row: Sequence[Any]) -> Incoming:
+    """A record of a retry lane: the original identity and story come from its headers."""
+    topic, partition, offset, key, value, headers, ts_ms = row
+    raw_headers = _headers(headers)
+    try:
+        told = story.decode(raw_headers)
+    except (ValueError, KeyError, TypeError) as exc:
+        told, problem = None, f"malformed siding headers: {exc}"
+    else:
+        problem = "" if told is not None else "record in a retry lane without siding headers"
+    if told is None:
+        # Keep the lane record's own identity so the dead letter can be found and explained.
+        fallback = main_lane_delivery(row).delivery
+        return Incoming(fallback, malformed=problem)
+    origin = told.origin
+    return Incoming(
+        Delivery(
+            id=origin.delivery_id,
+            topic=origin.topic,
+            partition=origin.partition,
+            offset=origin.offset,
+            key=_bytes(key),
+            value=_bytes(value),
+            headers=story.user_headers(raw_headers),
+            timestamp_ms=origin.timestamp_ms,
+            attempt=told.attempt,
+            lane=told.lane,
+        ),
+        not_before_ms=told.not_before_ms,
+        hops=told.hops,
+    )
+
+
+def incoming(rows: Iterable[Sequence[Any]], lane: int) -> list[Incoming]:
+    convert = main_lane_delivery if lane == 0 else retry_lane_delivery
+    return [convert(row) for row in rows]

@@ -1,0 +1,151 @@
+"""One Spark task: deliver its slice of a batch, then write lane and DLQ records durably.
+
+The task returns only after Kafka acknowledged every lane/DLQ record, so a task that succeeded
+means every record of its slice has a durable outcome (invariant 1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from siding.dispatch import DispatchStats, Settled, Work, dispatch, flood_exceeded
+from siding.dispatch.keyorder import order_key
+from siding.errors import DlqFloodError
+from siding.model import Delivery, LaneHop
+from siding.pipeline.keystate import ParkEvent
+from siding.pipeline.plan import TaskPlan
+from siding.pipeline.rows import Incoming, incoming
+from siding.pipeline.worker import runtime
+from siding.policy import Done, ToDlq, ToLane
+from siding.routing.producer import OutRecord
+from siding.routing.records import dlq_record, lane_record
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What the driver learns from one task (small: counts, stats, key-parking events)."""
+
+    records: int = 0
+    acked: int = 0
+    to_lane: int = 0
+    to_dlq: int = 0
+    stats: DispatchStats | None = None
+    park_events: tuple[ParkEvent, ...] = ()
+    dead_reasons: dict[str, int] = field(default_factory=dict)
+    pid: int = 0
+    host: str = ""
+
+
+def _route_out(
+    plan: TaskPlan, settled: Sequence[Settled], hops: dict[str, tuple[LaneHop, ...]], now_ms: int
+) -> list[OutRecord]:
+    out: list[OutRecord] = []
+    for item in settled:
+        delivery, step = item.work.delivery, item.step
+        before = hops.get(delivery.id, ())
+        if isinstance(step, ToLane):
+            out.append(
+                lane_record(
+                    delivery,
+                    step,
+                    hops=before,
+                    now_ms=now_ms,
+                    route=plan.route.name,
+                    lane_topic=plan.lane_topic,
+                )
+            )
+        elif isinstance(step, ToDlq):
+            out.append(
+                dlq_record(
+                    delivery,
+                    step,
+                    hops=before,
+                    now_ms=now_ms,
+                    route=plan.route.name,
+                    dlq_topic=plan.dlq_topic,
+                )
+            )
+    return out
+
+
+def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, ...]:
+    """Key mode: a record that went to a lane is parked there; one that finished is released."""
+    events: list[ParkEvent] = []
+    for item in settled:
+        key = order_key(item.work.delivery, plan.route.ordering)
+        if key is None:
+            continue
+        step = item.step
+        if isinstance(step, ToLane):
+            events.append(ParkEvent(key, item.work.delivery.offset, step.lane, step.not_before_ms))
+        elif plan.lane > 0 or key in plan.parked:
+            events.append(ParkEvent(key, item.work.delivery.offset, None))
+    return tuple(events)
+
+
+def _malformed(items: Sequence[Incoming]) -> list[Settled]:
+    return [Settled(Work(i.delivery), ToDlq(i.malformed)) for i in items if i.malformed]
+
+
+def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
+    """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
+    import os
+    import socket
+
+    items = incoming(rows, plan.lane)
+    if not items:
+        return TaskResult(pid=os.getpid(), host=socket.gethostname())
+    work = [Work(i.delivery, i.not_before_ms) for i in items if not i.malformed]
+    hops = {i.delivery.id: i.hops for i in items if i.hops}
+    rt = runtime()
+    endpoints = plan.route.endpoint
+    endpoint = endpoints[partition_id % len(endpoints)]
+    transport, breaker = rt.endpoint(
+        plan.route, endpoint, plan.settings.breaker, plan.settings.max_in_flight
+    )
+    report = rt.loop.run_until_complete(
+        dispatch(transport, work, plan.settings, parked=plan.parked, breaker=breaker)
+    )
+    settled = [*report.settled, *_malformed(items)]
+    dead = [s for s in settled if isinstance(s.step, ToDlq)]
+    route = plan.route
+    if flood_exceeded(len(dead), len(settled), route.dlq_flood_ratio, route.dlq_flood_min_batch):
+        raise DlqFloodError(
+            f"route {route.name}: {len(dead)} of {len(settled)} records turned DEAD in one task"
+            f" (more than dlq_flood_ratio={route.dlq_flood_ratio:g}); refusing to dead-letter them."
+            f" First reason: {dead[0].step.reason if isinstance(dead[0].step, ToDlq) else ''}"
+        )
+    out = _route_out(plan, settled, hops, int(time.time() * 1000))
+    if out:
+        rt.producer(plan.client_conf).write(out)
+    reasons: Counter[str] = Counter(
+        s.step.reason.split(":")[0] for s in dead if isinstance(s.step, ToDlq)
+    )
+    return TaskResult(
+        records=len(settled),
+        acked=sum(1 for s in settled if isinstance(s.step, Done)),
+        to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
+        to_dlq=len(dead),
+        stats=report.stats,
+        park_events=park_events(plan, settled),
+        dead_reasons=dict(reasons),
+        pid=os.getpid(),
+        host=socket.gethostname(),
+    )
+
+
+def deliver_partition(plan: TaskPlan) -> Any:
+    """The function handed to ``RDD.mapPartitionsWithIndex``."""
+
+    def run(partition_id: int, rows: Iterator[Sequence[Any]]) -> Iterator[TaskResult]:
+        yield run_slice(plan, rows, partition_id)
+
+    return run
+
+
+def first_delivery_ids(items: Sequence[Delivery]) -> list[str]:
+    return [d.id for d in items[:3]]

@@ -1,0 +1,68 @@
+"""Pure: the retry-lane or DLQ record for a delivery whose step moved it off the line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from siding.model import Delivery, LaneHop
+from siding.policy import ToDlq, ToLane
+from siding.routing import story
+from siding.routing.producer import OutRecord
+
+
+def origin_of(delivery: Delivery) -> story.Origin:
+    return story.Origin(
+        delivery.topic, delivery.partition, delivery.offset, delivery.timestamp_ms
+    )
+
+
+def _hops(delivery: Delivery, before: tuple[LaneHop, ...], now_ms: int, reason: str) -> tuple[LaneHop, ...]:
+    return (*before, LaneHop(delivery.lane, delivery.attempt, now_ms, reason))
+
+
+def lane_record(
+    delivery: Delivery,
+    step: ToLane,
+    *,
+    hops: tuple[LaneHop, ...],
+    now_ms: int,
+    route: str,
+    lane_topic: Callable[[int], str],
+) -> OutRecord:
+    """The record that carries ``delivery`` into retry lane ``step.lane``: same key, value and
+    user headers, plus its story (next attempt, not-before time, every lane passed)."""
+    told = story.StoryHeaders(
+        origin=origin_of(delivery),
+        attempt=step.attempt,
+        lane=step.lane,
+        not_before_ms=step.not_before_ms,
+        hops=_hops(delivery, hops, now_ms, step.reason),
+        reason=step.reason,
+        route=route,
+    )
+    return OutRecord(
+        lane_topic(step.lane), delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
+    )
+
+
+def dlq_record(
+    delivery: Delivery,
+    step: ToDlq,
+    *,
+    hops: tuple[LaneHop, ...],
+    now_ms: int,
+    route: str,
+    dlq_topic: str,
+) -> OutRecord:
+    """The dead letter: the original record plus everything invariant 6 asks for."""
+    told = story.StoryHeaders(
+        origin=origin_of(delivery),
+        attempt=delivery.attempt,
+        lane=delivery.lane,
+        not_before_ms=0,
+        hops=_hops(delivery, hops, now_ms, step.reason),
+        reason=step.reason,
+        died_at_ms=now_ms,
+        route=route,
+    )
+    return OutRecord(dlq_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told)))
