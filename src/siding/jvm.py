@@ -47,7 +47,9 @@ def require_tool(name: str, install_hint: str) -> str:
 
 
 def require_java() -> str:
-    return require_tool("java", "a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)")
+    return require_tool(
+        "java", "a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)"
+    )
 
 
 def artifact_name(jar_file: str) -> str:

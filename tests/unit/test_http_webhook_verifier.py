@@ -156,13 +156,13 @@ async def test_a_client_that_goes_away_mid_body_gets_nothing() -> None:
 async def test_other_scopes_pass_straight_through() -> None:
     seen: list[str] = []
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    async def app(scope: Scope, _receive: Receive, _send: Send) -> None:
         seen.append(scope["type"])
 
     async def receive() -> dict[str, Any]:
         raise AssertionError("the middleware must not read a lifespan scope")
 
-    async def send(message: Message) -> None:
+    async def send(_message: Message) -> None:
         raise AssertionError("the middleware must not answer a lifespan scope")
 
     await WebhookVerifier(app, SECRET)({"type": "lifespan"}, receive, send)

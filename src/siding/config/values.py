@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 from urllib.parse import urlsplit
 
 TOPIC_NAME_MAX = 249
@@ -33,7 +33,9 @@ def is_safe_route_name(name: str) -> bool:
 
 def _is_name(name: str, limit: int) -> bool:
     return (
-        0 < len(name) <= limit and name not in (".", "..") and _LEGAL_NAME.fullmatch(name) is not None
+        0 < len(name) <= limit
+        and name not in (".", "..")
+        and _LEGAL_NAME.fullmatch(name) is not None
     )
 
 
@@ -113,7 +115,9 @@ def parse_endpoint_url(url: str) -> ParsedUrl:
         parts = urlsplit("//" + parts.path.lstrip("/"))
     if parts.username is not None or parts.password is not None:
         # Only the scheme is echoed: the rest holds a credential.
-        raise ValueError(f"{scheme}://...: credentials in the URL are not allowed; use [route.auth]")
+        raise ValueError(
+            f"{scheme}://...: credentials in the URL are not allowed; use [route.auth]"
+        )
     if not parts.hostname:
         raise ValueError(f"{text!r}: the URL has no host")
     try:
@@ -130,7 +134,7 @@ def parse_endpoint_url(url: str) -> ParsedUrl:
         raise ValueError(f"{text!r}: gRPC endpoints take no path or query")
     if parts.fragment:
         raise ValueError(f"{text!r}: the URL has a #fragment")
-    return ParsedUrl(text, cast(Scheme, scheme), parts.hostname, port)
+    return ParsedUrl(text, scheme, parts.hostname, port)
 
 
 def parse_host_port(text: str, what: str, *, allow_zero: bool = False) -> tuple[str, int]:
@@ -179,7 +183,9 @@ def interpolate(text: str, env: Mapping[str, str]) -> str:
         elif name in env:
             out.append("")
         else:
-            raise ValueError(f"environment variable {name} is not set (or write ${{{name}:-default}})")
+            raise ValueError(
+                f"environment variable {name} is not set (or write ${{{name}:-default}})"
+            )
         pos = match.end()
     out.append(text[pos:])
     return "".join(out)

@@ -228,4 +228,3 @@ class EmbeddedKafka:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-

@@ -19,7 +19,9 @@ PROTO_DIR = REPO_ROOT / "proto"
 OUT_DIR = REPO_ROOT / "src"
 PROTO_FILES = ("siding/v1/consumer.proto",)
 # The generated package needs an __init__; protoc does not write one.
-INIT_TEXT = '"""Generated code for the siding delivery contract (proto/siding/v1). Do not edit."""\n'
+INIT_TEXT = (
+    '"""Generated code for the siding delivery contract (proto/siding/v1). Do not edit."""\n'
+)
 
 
 def _plugin(name: str) -> str:
@@ -48,7 +50,7 @@ def protoc_args(proto_dir: Path, out_dir: Path) -> list[str]:
 
 def generate(proto_dir: Path = PROTO_DIR, out_dir: Path = OUT_DIR) -> list[Path]:
     """Generate into ``out_dir``; return the generated files (sorted)."""
-    from grpc_tools import protoc
+    from grpc_tools import protoc  # type: ignore[import-untyped]
 
     package = out_dir / "siding" / "v1"
     package.mkdir(parents=True, exist_ok=True)

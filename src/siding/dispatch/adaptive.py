@@ -1,4 +1,4 @@
-"""Adaptive concurrency: an AIMD limit on sends in flight, between a floor and the configured max."""
+"""Adaptive concurrency: an AIMD limit on sends in flight, between a floor and the max."""
 
 from __future__ import annotations
 
@@ -73,18 +73,18 @@ def update(
     if not settings.enabled or kind is OutcomeKind.GONE:
         return state
     latency_s = max(0.0, latency_s)
-    if kind in (OutcomeKind.RETRY, OutcomeKind.BACKOFF):
-        cooldown = state.smoothed_s or 0.0
-        if state.last_cut_at is not None and now - state.last_cut_at < cooldown:
-            return state
-        cut = max(float(state.low), state.limit * settings.backoff_ratio)
-        return replace(state, limit=cut, last_cut_at=now)
-    floor = _next_floor(state.floor_s, latency_s)
     smoothed = (
         latency_s
         if state.smoothed_s is None
         else state.smoothed_s + _SMOOTHING * (latency_s - state.smoothed_s)
     )
+    if kind in (OutcomeKind.RETRY, OutcomeKind.BACKOFF):
+        if state.last_cut_at is not None and now - state.last_cut_at < smoothed:
+            return replace(state, smoothed_s=smoothed)
+        cut = max(float(state.low), state.limit * settings.backoff_ratio)
+        return replace(state, limit=cut, smoothed_s=smoothed, last_cut_at=now)
+    # The floor comes from good answers only: an instant refusal says nothing about speed.
+    floor = _next_floor(state.floor_s, latency_s)
     limit = state.limit
     if latency_s <= settings.latency_tolerance * floor + _SLACK_S:
         limit = min(float(state.high), limit + settings.increase)

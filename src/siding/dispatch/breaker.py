@@ -1,4 +1,4 @@
-"""The circuit breaker of one endpoint: stop pushing while it is down, probe before pushing again."""
+"""The circuit breaker of one endpoint: stop pushing while it is down, probe before resuming."""
 
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ from collections.abc import Callable
 
 from siding.errors import ConfigError
 
+# Clock arithmetic in floats leaves a token at 0.9999999999: that is a token.
+_EPSILON = 1e-9
+
 
 def default_burst(rate: float) -> float:
     """A tenth of a second's worth of sends, at least one."""
@@ -40,12 +43,12 @@ class TokenBucket:
     def wait_s(self) -> float:
         """Seconds until a token is available (0 when one is available now)."""
         self._refill()
-        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
+        return 0.0 if self._tokens >= 1 - _EPSILON else (1 - self._tokens) / self._rate
 
     def try_take(self) -> bool:
         """Take a token if one is available now."""
         self._refill()
-        if self._tokens < 1:
+        if self._tokens < 1 - _EPSILON:
             return False
         self._tokens -= 1
         return True

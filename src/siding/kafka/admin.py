@@ -49,8 +49,8 @@ def with_retries(call: Callable[[], T], timeout_s: float = 30.0) -> T:
     while True:
         try:
             return call()
-        except KafkaAdminError as exc:
-            cause = exc.__cause__
+        except (KafkaAdminError, KafkaException) as exc:
+            cause = exc if isinstance(exc, KafkaException) else exc.__cause__
             retriable = isinstance(cause, KafkaException) and _is_retriable(cause)
             if not retriable or time.monotonic() + delay > deadline:
                 raise
@@ -105,25 +105,28 @@ def delete_topics(admin: AdminClient, names: Iterable[str], timeout_s: float = 3
 
 
 def committed_offsets(
-    admin: AdminClient, group: str, topic: str, timeout_s: float = 10.0
+    client_conf: Mapping[str, object], group: str, topic: str, timeout_s: float = 10.0
 ) -> dict[int, int]:
-    """Partition -> the group's committed offset (the next record to read), for one topic."""
-    return with_retries(lambda: _committed_offsets(admin, group, topic, timeout_s))
+    """Partition -> the group's committed offset (the next record to read), for one topic.
 
+    Read through a consumer that never joins the group: librdkafka's AdminClient
+    ListConsumerGroupOffsets can crash the process when the coordinator moves
+    (librdkafka issue 5040), the consumer's OffsetFetch path does not.
+    """
+    from confluent_kafka import Consumer
 
-def _committed_offsets(admin: AdminClient, group: str, topic: str, timeout_s: float) -> dict[int, int]:
-    request = [ConsumerGroupTopicPartitions(group)]
-    futures = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
-    result: dict[int, int] = {}
-    for future in futures.values():
-        try:
-            answer = future.result()
-        except KafkaException as exc:
-            raise KafkaAdminError(f"cannot read offsets of group {group}: {exc}") from exc
-        for tp in answer.topic_partitions or []:
-            if tp.topic == topic and tp.offset >= 0:
-                result[tp.partition] = tp.offset
-    return result
+    consumer = Consumer({**client_conf, "group.id": group, "enable.auto.commit": False})
+    try:
+
+        def fetch() -> dict[int, int]:
+            metadata = consumer.list_topics(topic, timeout=timeout_s)
+            partitions = [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
+            answer = consumer.committed(partitions, timeout=timeout_s)
+            return {tp.partition: tp.offset for tp in answer if tp.offset >= 0}
+
+        return with_retries(fetch)
+    finally:
+        consumer.close()
 
 
 def commit_offsets(

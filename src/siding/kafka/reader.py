@@ -5,17 +5,35 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from siding.kafka.admin import KafkaAdminError
+from siding.kafka.admin import KafkaAdminError, with_retries
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
 
 
 def read_to_end(
     client_conf: Mapping[str, object], topic: str, timeout_s: float = 60.0
 ) -> list[tuple[bytes, bytes | None]]:
-    """Every (key, value) of ``topic`` up to the high watermarks at call time, in log order
-    per partition. The topic must exist."""
+    """Every (key, value) of ``topic`` up to the high watermarks at call time."""
+    return [(r.key or b"", r.value) for r in read_records(client_conf, topic, timeout_s)]
+
+
+def read_records(
+    client_conf: Mapping[str, object], topic: str, timeout_s: float = 60.0
+) -> list[Record]:
+    """Every record of ``topic`` up to the high watermarks at call time, in log order per
+    partition. The topic must exist."""
     consumer = Consumer(
         {
             **client_conf,
@@ -30,13 +48,15 @@ def read_to_end(
             raise KafkaAdminError(f"topic {topic} does not exist")
         ends: dict[int, int] = {}
         for p in metadata.topics[topic].partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            low, high = with_retries(
+                lambda p=p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            )
             if high > low:
                 ends[p] = high
         if not ends:
             return []
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        out: list[tuple[bytes, bytes | None]] = []
+        out: list[Record] = []
         deadline = time.monotonic() + timeout_s
         while ends:
             if time.monotonic() > deadline:
@@ -51,9 +71,11 @@ def read_to_end(
                     ends.pop(partition)
                     continue
                 raise KafkaAdminError(f"reading {topic}: {error.str()}")
-            out.append((message.key() or b"", message.value()))
-            offset = message.offset()
-            if partition in ends and offset is not None and offset + 1 >= ends[partition]:
+            offset = message.offset() or 0
+            headers = tuple((k, v or b"") for k, v in (message.headers() or []))
+            _, timestamp = message.timestamp()
+            out.append(Record(partition, offset, message.key(), message.value(), headers, timestamp))
+            if partition in ends and offset + 1 >= ends[partition]:
                 ends.pop(partition)
         return out
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,7 +66,9 @@ class Application:
             self._own_session = True
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
-        targets: dict[str, CommitTarget] = {}
+        targets: dict[str, CommitTarget] = {}  # filled below; the listener reads it live
+        self._listener = make_listener(admin, targets, self.on_progress)
+        self.spark.streams.addListener(self._listener)
         for route in config.route:
             partitions = self._prepare_topics(admin, route)
             parking = KeyParking(naming.state_topic(route.name, "keys"))
@@ -89,10 +91,8 @@ class Application:
                 checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
                     route.name, lane
                 )
-                starting = self._starting(admin, route, topic, partitions, checkpoint, lane)
+                starting = self._starting(client_conf, route, topic, partitions, checkpoint, lane)
                 self._start_query(route, name, topic, handler, checkpoint, starting)
-        self._listener = make_listener(admin, targets, self.on_progress)
-        self.spark.streams.addListener(self._listener)
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
@@ -107,7 +107,7 @@ class Application:
 
     def _starting(
         self,
-        admin: Any,
+        client_conf: Mapping[str, object],
         route: RouteConfig,
         topic: str,
         partitions: int,
@@ -116,7 +116,7 @@ class Application:
     ) -> str:
         if (checkpoint / "offsets").exists():
             return "earliest"  # ignored by Spark: the checkpoint is the source of truth
-        committed = committed_offsets(admin, route.group, topic)
+        committed = committed_offsets(client_conf, route.group, topic)
         fallback = route.starting_offsets if lane == 0 else "earliest"
         return starting_offsets(topic, partitions, committed, fallback)
 

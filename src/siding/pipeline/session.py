@@ -39,6 +39,8 @@ def session_conf(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.sql.adaptive.enabled": "false",
+        # Retry lanes and the main lane share the executors; no query may starve the others.
+        "spark.scheduler.mode": "FAIR",
     }
     if local:
         conf.update(

@@ -1,4 +1,4 @@
-"""An in-memory Transport whose answers come from a script: for fast tests of everything above it."""
+"""An in-memory Transport whose answers come from a script, for fast tests of the layers above."""
 
 from __future__ import annotations
 

@@ -36,12 +36,14 @@ DEFAULT_CHANNEL_OPTIONS: tuple[ChannelOption, ...] = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 )
 
-_VERDICT_FROM_PROTO: dict[int, Verdict] = {
+_VERDICT_FROM_PROTO: dict[consumer_pb2.Verdict.ValueType, Verdict] = {
     consumer_pb2.VERDICT_ACK: Verdict.ACK,
     consumer_pb2.VERDICT_RETRY: Verdict.RETRY,
     consumer_pb2.VERDICT_DEAD: Verdict.DEAD,
 }
-_VERDICT_TO_PROTO: dict[Verdict, Any] = {verdict: number for number, verdict in _VERDICT_FROM_PROTO.items()}
+_VERDICT_TO_PROTO: dict[Verdict, consumer_pb2.Verdict.ValueType] = {
+    verdict: number for number, verdict in _VERDICT_FROM_PROTO.items()
+}
 
 
 def delivery_to_proto(delivery: Delivery) -> consumer_pb2.Delivery:
@@ -65,16 +67,16 @@ def delivery_to_proto(delivery: Delivery) -> consumer_pb2.Delivery:
 
 def delivery_from_proto(message: consumer_pb2.Delivery) -> Delivery:
     return Delivery(
-        id=str(message.id),
-        topic=str(message.topic),
-        partition=int(message.partition),
-        offset=int(message.offset),
-        key=bytes(message.key) if message.HasField("key") else None,
-        value=bytes(message.value) if message.HasField("value") else None,
-        headers=tuple((str(h.key), bytes(h.value)) for h in message.headers),
-        timestamp_ms=int(message.timestamp_ms),
-        attempt=int(message.attempt),
-        lane=int(message.lane),
+        id=message.id,
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key if message.HasField("key") else None,
+        value=message.value if message.HasField("value") else None,
+        headers=tuple((h.key, h.value) for h in message.headers),
+        timestamp_ms=message.timestamp_ms,
+        attempt=message.attempt,
+        lane=message.lane,
     )
 
 
@@ -95,15 +97,13 @@ def result_from_proto(message: consumer_pb2.Result) -> Result:
     A missing or unknown verdict is a consumer bug: it becomes RETRY, so the message is neither
     lost (ACK) nor dead-lettered for something that is not its fault.
     """
-    verdict = _VERDICT_FROM_PROTO.get(int(message.verdict))
-    reason = str(message.reason)
+    verdict = _VERDICT_FROM_PROTO.get(message.verdict)
+    reason = message.reason
     if verdict is None:
         verdict = Verdict.RETRY
         reason = reason or f"consumer answered without a verdict ({int(message.verdict)})"
-    retry_after = (
-        float(message.retry_after_seconds) if message.HasField("retry_after_seconds") else None
-    )
-    return Result(str(message.delivery_id), verdict, retry_after, reason)
+    retry_after = message.retry_after_seconds if message.HasField("retry_after_seconds") else None
+    return Result(message.delivery_id, verdict, retry_after, reason)
 
 
 def call_metadata(token: str | None) -> Metadata:

@@ -161,7 +161,8 @@ class HttpTransport:
 
     The session is created lazily inside the running event loop and belongs to that loop: to
     use the transport from another loop (say, the next batch's ``asyncio.run``), ``close()``
-    it in the first loop; it then reopens in the next. Redirects are never followed; HTTPS is
+    it in the first loop; it then reopens in the next (a session whose loop has ended is
+    abandoned, not reused). Redirects are never followed; HTTPS is
     verified against the system trust store, or only ``ca_file`` when given, unless
     ``insecure=True``. ``dropped_headers`` counts Kafka headers that were not forwarded.
     """
@@ -269,11 +270,14 @@ class HttpTransport:
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        if self._client is not None:
-            if self._loop is not loop:
+        if self._client is not None and self._loop is not loop:
+            if self._loop is None or not self._loop.is_closed():
                 raise RuntimeError(
                     "HttpTransport is in use by another event loop; close() it there first"
                 )
+            # Its loop ended without close() (a crashed batch): nothing can be awaited there now.
+            self._client = None
+        if self._client is not None:
             return self._client
         self._client = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),

@@ -1,0 +1,57 @@
+"""Load and validate ``siding.toml``: frozen settings, and errors that name the bad key.
+
+docs/configuration.md documents every key; ``examples/siding.toml`` shows them all.
+"""
+
+from siding.config.fields import Duration, PositiveDuration, Setting
+from siding.config.loading import load_config, parse_config
+from siding.config.models import (
+    MAX_LANE_ATTEMPTS,
+    MAX_LANES,
+    AdaptiveConfig,
+    AuthConfig,
+    BreakerConfig,
+    Endpoint,
+    LaneConfig,
+    RouteConfig,
+    SidingConfig,
+)
+from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
+from siding.config.values import (
+    ROUTE_NAME_MAX,
+    TOPIC_NAME_MAX,
+    format_duration,
+    interpolate,
+    is_legal_topic_name,
+    is_safe_route_name,
+    looks_secret,
+    parse_duration,
+)
+
+__all__ = [
+    "MAX_LANES",
+    "MAX_LANE_ATTEMPTS",
+    "ROUTE_NAME_MAX",
+    "TOPIC_NAME_MAX",
+    "AdaptiveConfig",
+    "AuthConfig",
+    "BreakerConfig",
+    "ControlConfig",
+    "Duration",
+    "Endpoint",
+    "KafkaConfig",
+    "LaneConfig",
+    "PositiveDuration",
+    "RouteConfig",
+    "Setting",
+    "SidingConfig",
+    "SparkConfig",
+    "format_duration",
+    "interpolate",
+    "is_legal_topic_name",
+    "is_safe_route_name",
+    "load_config",
+    "looks_secret",
+    "parse_config",
+    "parse_duration",
+]

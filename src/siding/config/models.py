@@ -1,0 +1,313 @@
+"""The ``[[route]]`` tables and the whole file, validated into frozen settings.
+
+Durations are held as float seconds. A cross-field problem raises ``Problem`` so the error can
+name the exact key; docs/configuration.md documents every key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
+from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
+from siding.config.values import (
+    ROUTE_NAME_MAX,
+    TOPIC_NAME_MAX,
+    Scheme,
+    is_legal_topic_name,
+    is_safe_route_name,
+    parse_endpoint_url,
+)
+from siding.errors import ConfigError
+from siding.model import Lane, Ordering
+
+MAX_LANES = 10
+MAX_LANE_ATTEMPTS = 100
+# Each secret in [route.auth] is given inline (usually "${VAR}") or as a file read at load time.
+SECRET_FILE_KEYS = {
+    "token": "token_file",
+    "webhook_secret": "webhook_secret_file",
+    "ca_pem": "ca_file",
+    "cert_pem": "cert_file",
+    "key_pem": "key_file",
+}
+
+
+class Endpoint(BaseModel):
+    """One consumer endpoint, parsed from its URL."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    url: str
+    scheme: Scheme
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        parsed = parse_endpoint_url(url)
+        return cls(url=parsed.url, scheme=parsed.scheme, host=parsed.host, port=parsed.port)
+
+    @property
+    def is_grpc(self) -> bool:
+        return self.scheme.startswith("grpc")
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme in ("grpcs", "grpcs+dns", "https")
+
+    @property
+    def grpc_target(self) -> str:
+        """The target string for a ``grpc.aio`` channel."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        prefix = "dns:///" if self.scheme.endswith("+dns") else ""
+        return f"{prefix}{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class LaneConfig(BaseModel):
+    """One retry lane; ``deadline`` defaults to the route's ``deadline``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    delay: Duration
+    deadline: PositiveDuration | None = None
+    attempts: Count = Field(default=1, ge=1, le=MAX_LANE_ATTEMPTS)
+
+
+class AuthConfig(BaseModel):
+    """``[route.auth]``: credentials; the loader has already read every ``*_file``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    token: SecretStr | None = None
+    token_file: str | None = None
+    webhook_secret: SecretStr | None = None
+    webhook_secret_file: str | None = None
+    ca_pem: SecretStr | None = None
+    ca_file: str | None = None
+    cert_pem: SecretStr | None = None
+    cert_file: str | None = None
+    key_pem: SecretStr | None = None
+    key_file: str | None = None
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _whsec(cls, value: SecretStr | None) -> SecretStr | None:
+        # The same rule as siding.transport.signing: whsec_<base64>, or any other text as bytes.
+        secret = value.get_secret_value() if value is not None else ""
+        if not secret.startswith("whsec_"):
+            return value
+        encoded = secret.removeprefix("whsec_")
+        try:
+            decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            decoded = b""
+        if not decoded:
+            raise ValueError("a whsec_ secret must be base64 after the prefix")
+        return value
+
+    @field_validator("ca_pem", "cert_pem", "key_pem")
+    @classmethod
+    def _pem(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and "-----BEGIN " not in value.get_secret_value():
+            raise ValueError("not PEM text (no '-----BEGIN ' line)")
+        return value
+
+    @model_validator(mode="after")
+    def _client_cert(self) -> AuthConfig:
+        if (self.cert_pem is None) != (self.key_pem is None):
+            missing = "key_file" if self.key_pem is None else "cert_file"
+            raise Problem((missing,), "a client certificate needs both cert_file and key_file")
+        return self
+
+    def given(self, field: str) -> str:
+        """The key the user wrote for a secret (``X`` or its ``*_file``), for error messages."""
+        file_key = SECRET_FILE_KEYS[field]
+        return file_key if getattr(self, file_key) is not None else field
+
+
+class BreakerConfig(BaseModel):
+    """``[route.breaker]``: stop pushing to an endpoint that keeps failing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    failure_threshold: Count = Field(default=5, ge=1)
+    open_for: PositiveDuration = 5.0
+    max_open_for: PositiveDuration = 60.0
+
+    @model_validator(mode="after")
+    def _order(self) -> BreakerConfig:
+        if self.max_open_for < self.open_for:
+            raise Problem(("max_open_for",), "must be at least open_for")
+        return self
+
+
+class AdaptiveConfig(BaseModel):
+    """``[route.adaptive]``: concurrency adapts between ``min_in_flight`` and ``max_in_flight``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    enabled: bool = True
+    min_in_flight: Count = Field(default=1, ge=1)
+
+
+class RouteConfig(BaseModel):
+    """``[[route]]``: one source topic and consumer group, pushed to one endpoint (set)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    name: str
+    topic: str
+    group: str = Field(min_length=1, max_length=255)
+    ordering: Ordering = Ordering.UNORDERED
+    endpoint: tuple[Endpoint, ...]
+    transport: Literal["stream", "unary"] = "stream"
+    max_in_flight: Count = Field(default=1000, ge=1)
+    deadline: PositiveDuration = 30.0
+    rate_limit: Number = Field(default=0.0, ge=0)
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    min_partitions: Count = Field(default=0, ge=0)
+    max_offsets_per_trigger: Count = Field(default=10000, ge=1)
+    lanes: tuple[LaneConfig, ...] = Field(default=(), max_length=MAX_LANES)
+    dlq: str | None = None
+    max_retry_after: Duration = 600.0
+    dlq_flood_ratio: Number = Field(default=0.5, ge=0, le=1)
+    dlq_flood_min_batch: Count = Field(default=20, ge=1)
+    auth: AuthConfig = AuthConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    adaptive: AdaptiveConfig = AdaptiveConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "name" not in data:
+            topic, group = data.get("topic"), data.get("group")
+            if isinstance(topic, str) and isinstance(group, str):
+                return {"name": f"{topic}.{group}", **data}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not is_safe_route_name(value):
+            raise ValueError(
+                f"{value!r} is not a safe route name: use 1-{ROUTE_NAME_MAX} characters of"
+                " [a-zA-Z0-9._-] (the default is '<topic>.<group>'; set name explicitly)"
+            )
+        return value
+
+    @field_validator("topic", "dlq")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None and not is_legal_topic_name(value):
+            raise ValueError(
+                f"{value!r} is not a legal Kafka topic name:"
+                f" 1-{TOPIC_NAME_MAX} characters of [a-zA-Z0-9._-]"
+            )
+        return value
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _endpoints(cls, value: Any) -> Any:
+        urls = [value] if isinstance(value, str | Endpoint) else value
+        if not isinstance(urls, list | tuple) or not urls:
+            raise ValueError("expected a URL or a non-empty list of URLs")
+        if not all(isinstance(u, str | Endpoint) for u in urls):
+            raise ValueError("expected a URL or a non-empty list of URLs")
+        return [u if isinstance(u, Endpoint) else Endpoint.parse(u) for u in urls]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RouteConfig:
+        first = self.endpoint[0]
+        if any(e.scheme != first.scheme for e in self.endpoint):
+            raise Problem(("endpoint",), "all endpoints of a route must use the same scheme")
+        if len({e.url for e in self.endpoint}) < len(self.endpoint):
+            raise Problem(("endpoint",), "an endpoint is listed twice")
+        if "transport" in self.model_fields_set and not first.is_grpc:
+            raise Problem(("transport",), "only applies to gRPC endpoints")
+        if self.auth.webhook_secret is not None and first.is_grpc:
+            raise Problem(("auth", self.auth.given("webhook_secret")), "only for HTTP endpoints")
+        for pem in ("ca_pem", "cert_pem", "key_pem"):
+            if getattr(self.auth, pem) is not None and not first.tls:
+                raise Problem(
+                    ("auth", self.auth.given(pem)),
+                    "needs a TLS endpoint (grpcs://, grpcs+dns:/// or https://)",
+                )
+        if self.dlq == self.topic:
+            raise Problem(("dlq",), "the DLQ must not be the source topic")
+        if self.adaptive.min_in_flight > self.max_in_flight:
+            raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
+        return self
+
+    def lanes_as_model(self) -> tuple[Lane, ...]:
+        """The retry lanes as ``siding.model.Lane`` values, for ``siding.policy``."""
+        return tuple(
+            Lane(
+                delay_s=lane.delay,
+                deadline_s=lane.deadline or self.deadline,
+                attempts=lane.attempts,
+            )
+            for lane in self.lanes
+        )
+
+
+class SidingConfig(BaseModel):
+    """The whole ``siding.toml``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    kafka: KafkaConfig
+    spark: SparkConfig = SparkConfig()
+    control: ControlConfig = ControlConfig()
+    route: tuple[RouteConfig, ...] = ()
+
+    @model_validator(mode="after")
+    def _routes(self) -> SidingConfig:
+        if not self.route:
+            raise Problem(("route",), "at least one [[route]] is required")
+        names: dict[str, str] = {}
+        pairs: set[tuple[str, str]] = set()
+        for i, route in enumerate(self.route):
+            if (route.topic, route.group) in pairs:
+                raise Problem(("route", i, "group"), "another route has the same topic and group")
+            # Kafka refuses topic names that differ only in '.' versus '_' (metric names collide).
+            other = names.get(route.name.replace(".", "_"))
+            if other == route.name:
+                raise Problem(("route", i, "name"), f"another route is named {route.name!r}")
+            if other is not None:
+                message = (
+                    f"differs from route {other!r} only in '.' versus '_': Kafka topic names clash"
+                )
+                raise Problem(("route", i, "name"), message)
+            pairs.add((route.topic, route.group))
+            names[route.name.replace(".", "_")] = route.name
+        return self
+
+    @property
+    def routes(self) -> tuple[RouteConfig, ...]:
+        return self.route
+
+    def route_named(self, name: str) -> RouteConfig:
+        for route in self.route:
+            if route.name == name:
+                return route
+        known = ", ".join(r.name for r in self.route)
+        raise ConfigError("route", f"no route named {name!r} (routes: {known})")
+
+    def redacted_dict(self) -> dict[str, Any]:
+        """The effective configuration for display: secrets masked, durations as text."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        data["kafka"] = {"bootstrap": self.kafka.bootstrap, **data["kafka"]["client"]}
+        for route, config in zip(data["route"], self.route, strict=True):
+            route["endpoint"] = [e.url for e in config.endpoint]
+            if not config.endpoint[0].is_grpc:
+                del route["transport"]
+        return data

@@ -1,0 +1,186 @@
+"""Run the real pipeline in-process against a real broker: for tests, the demo and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from siding import naming
+from siding.config import SidingConfig, parse_config
+from siding.devkit.wait import wait_until
+from siding.kafka.admin import committed_offsets
+from siding.kafka.reader import read_records
+from siding.pipeline.app import Application
+from siding.pipeline.batch import BatchSink
+from siding.pipeline.task import TaskResult
+from siding.routing import story
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def toml_value(value: object) -> str:
+    """A Python value as a TOML inline value (enough for siding configs)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def config_text(
+    bootstrap: str,
+    route: Mapping[str, object],
+    *,
+    checkpoint_dir: str | Path,
+    master: str = "local[2]",
+    trigger: str = "200ms",
+    kafka_client: Mapping[str, object] | None = None,
+) -> str:
+    lines = ["[kafka]", f"bootstrap = {toml_value(bootstrap)}"]
+    lines += [f"{json.dumps(k)} = {toml_value(v)}" for k, v in (kafka_client or {}).items()]
+    lines += [
+        "[spark]",
+        f"master = {toml_value(master)}",
+        f"checkpoint_dir = {toml_value(str(checkpoint_dir))}",
+        f"trigger = {toml_value(trigger)}",
+        "[control]",
+        'listen = ""',
+        "[[route]]",
+    ]
+    tables = {k: v for k, v in route.items() if isinstance(v, Mapping)}
+    lines += [f"{k} = {toml_value(v)}" for k, v in route.items() if k not in tables]
+    for name, table in tables.items():
+        lines.append(f"[route.{name}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    story: story.StoryHeaders | None
+
+
+@dataclass
+class Totals:
+    """What the batches reported, summed (thread-safe)."""
+
+    records: int = 0
+    acked: int = 0
+    to_lane: int = 0
+    to_dlq: int = 0
+    batches: int = 0
+    hosts: set[tuple[str, int]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
+        with self.lock:
+            self.batches += 1
+            for r in results:
+                self.records += r.records
+                self.acked += r.acked
+                self.to_lane += r.to_lane
+                self.to_dlq += r.to_dlq
+                if r.records:
+                    self.hosts.add((r.host, r.pid))
+
+
+class PipelineRun:
+    """``with PipelineRun(config) as run:`` — the Application runs on a background thread."""
+
+    def __init__(self, config: SidingConfig, spark: SparkSession | None = None) -> None:
+        self.config = config
+        self.totals = Totals()
+        self.app = Application(config, sink=BatchSink(self.totals.add), spark=spark)
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @classmethod
+    def from_route(
+        cls,
+        bootstrap: str,
+        route: Mapping[str, object],
+        *,
+        checkpoint_dir: str | Path,
+        spark: SparkSession | None = None,
+        kafka_client: Mapping[str, object] | None = None,
+        **spark_settings: str,
+    ) -> PipelineRun:
+        text = config_text(
+            bootstrap,
+            route,
+            checkpoint_dir=checkpoint_dir,
+            kafka_client=kafka_client,
+            **spark_settings,
+        )
+        return cls(parse_config(text), spark)
+
+    @property
+    def route(self) -> Any:
+        return self.config.route[0]
+
+    @property
+    def client_conf(self) -> dict[str, Any]:
+        return dict(self.config.kafka.client_config())
+
+    def __enter__(self) -> PipelineRun:
+        self.app.start()
+        self._thread = threading.Thread(target=self._run, name="siding-app", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.app.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def check(self) -> None:
+        """Raise the application's error, if it stopped with one (use as ``wait_until(check=)``)."""
+        if self.error is not None:
+            raise AssertionError(f"pipeline failed: {self.error}") from self.error
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.app.stop()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def committed(self, topic: str | None = None) -> dict[int, int]:
+        return committed_offsets(self.client_conf, self.route.group, topic or self.route.topic)
+
+    def wait_committed(self, offsets: Mapping[int, int], timeout_s: float = 120.0) -> None:
+        """Until the route's group has committed at least ``offsets`` on the source topic."""
+
+        def reached() -> bool:
+            got = self.committed()
+            return all(got.get(p, -1) >= o for p, o in offsets.items())
+
+        wait_until(reached, timeout_s=timeout_s, what=f"group offsets {dict(offsets)}", check=self.check)
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return self.read_lane_topic(naming.route_dlq(self.route))
+
+    def read_lane_topic(self, topic: str) -> list[DeadLetter]:
+        return [
+            DeadLetter(r.key, r.value, r.headers, story.decode(r.headers))
+            for r in read_records(self.client_conf, topic)
+        ]

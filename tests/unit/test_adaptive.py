@@ -1,0 +1,132 @@
+"""The AIMD concurrency limit: grows while latency holds, halves on trouble, stays in bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from siding.dispatch.adaptive import AdaptiveSettings, Limit, initial_limit, update
+from siding.errors import ConfigError
+from siding.model import OutcomeKind
+
+ON = AdaptiveSettings(enabled=True, min_in_flight=2, increase=1.0, backoff_ratio=0.5)
+
+
+def test_starts_at_the_configured_max() -> None:
+    assert initial_limit(100, ON).current == 100
+
+
+@pytest.mark.parametrize("kind", [OutcomeKind.RETRY, OutcomeKind.BACKOFF])
+def test_failure_signals_cut_multiplicatively(kind: OutcomeKind) -> None:
+    state = update(initial_limit(100, ON), kind, 0.01, now=10.0, settings=ON)
+    assert state.current == 50
+
+
+def test_one_cut_per_smoothed_latency_for_a_burst_of_failures() -> None:
+    # Given a limit that has seen latencies of 100 ms
+    state = initial_limit(100, ON)
+    for i in range(5):
+        state = update(state, OutcomeKind.ACK, 0.1, now=float(i), settings=ON)
+    # When a full window of timeouts lands within a few ms
+    for i in range(100):
+        state = update(state, OutcomeKind.RETRY, 0.1, now=10.0 + i / 1000, settings=ON)
+    # Then the limit was cut once, not a hundred times
+    assert state.current == 50
+    # And a failure after the cooldown cuts again
+    state = update(state, OutcomeKind.RETRY, 0.1, now=10.5, settings=ON)
+    assert state.current == 25
+
+
+def test_a_window_of_timeouts_with_no_good_answer_yet_cuts_once() -> None:
+    state = initial_limit(100, ON)
+    for i in range(100):
+        state = update(state, OutcomeKind.RETRY, 1.0, now=5.0 + i / 1000, settings=ON)
+    assert state.current == 50
+
+
+def test_grows_additively_while_latency_stays_near_its_floor() -> None:
+    state = Limit(10.0, low=2, high=100)
+    for i in range(5):
+        state = update(state, OutcomeKind.ACK, 0.05, now=float(i), settings=ON)
+    assert state.current == 15
+    # DEAD is a fast, healthy answer too
+    state = update(state, OutcomeKind.DEAD, 0.05, now=6.0, settings=ON)
+    assert state.current == 16
+
+
+def test_does_not_grow_when_latency_rises_above_the_floor() -> None:
+    state = Limit(10.0, low=2, high=100)
+    state = update(state, OutcomeKind.ACK, 0.05, now=0.0, settings=ON)
+    grown = state.current
+    for i in range(5):
+        state = update(state, OutcomeKind.ACK, 0.5, now=1.0 + i, settings=ON)
+    assert state.current == grown
+
+
+def test_never_below_min_nor_above_max() -> None:
+    low = Limit(2.0, low=2, high=4)
+    assert update(low, OutcomeKind.BACKOFF, 0.0, now=0.0, settings=ON).current == 2
+    high = Limit(4.0, low=2, high=4)
+    assert update(high, OutcomeKind.ACK, 0.0, now=0.0, settings=ON).current == 4
+
+
+def test_disabled_keeps_max_in_flight() -> None:
+    off = AdaptiveSettings(enabled=False)
+    state = initial_limit(64, off)
+    for kind in (OutcomeKind.RETRY, OutcomeKind.BACKOFF, OutcomeKind.ACK):
+        state = update(state, kind, 3.0, now=0.0, settings=off)
+    assert state.current == 64
+
+
+def test_min_above_max_is_clamped_to_max() -> None:
+    assert initial_limit(3, AdaptiveSettings(min_in_flight=10)).low == 3
+
+
+answers = st.tuples(
+    st.sampled_from(list(OutcomeKind)),
+    st.floats(min_value=0, max_value=60, allow_nan=False),
+    st.floats(min_value=0, max_value=5, allow_nan=False),
+)
+
+
+@settings(deadline=None)
+@given(
+    st.integers(1, 1000),
+    st.integers(1, 50),
+    st.floats(0.05, 0.95),
+    st.floats(0.1, 10),
+    st.lists(answers, max_size=200),
+)
+def test_limit_stays_within_bounds(
+    max_in_flight: int,
+    min_in_flight: int,
+    ratio: float,
+    increase: float,
+    seq: list[tuple[OutcomeKind, float, float]],
+) -> None:
+    aimd = AdaptiveSettings(min_in_flight=min_in_flight, increase=increase, backoff_ratio=ratio)
+    state = initial_limit(max_in_flight, aimd)
+    now = 0.0
+    for kind, latency, dt in seq:
+        now += dt
+        state = update(state, kind, latency, now, aimd)
+        assert min(min_in_flight, max_in_flight) <= state.current <= max_in_flight
+        assert state.limit <= max_in_flight
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"min_in_flight": 0}, "adaptive.min_in_flight"),
+        ({"increase": 0}, "adaptive.increase"),
+        ({"backoff_ratio": 1.0}, "adaptive.backoff_ratio"),
+        ({"latency_tolerance": 0.5}, "adaptive.latency_tolerance"),
+    ],
+)
+def test_bad_settings_name_the_key(kwargs: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        AdaptiveSettings(**kwargs)
+    assert caught.value.key == key

@@ -1,0 +1,140 @@
+"""The breaker's state machine as a pure function, driven by a fake clock (plain numbers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from siding.dispatch.breaker import (
+    Answered,
+    BreakerEvent,
+    BreakerSettings,
+    BreakerState,
+    BreakerStatus,
+    Probed,
+    Tick,
+    transition,
+)
+from siding.errors import ConfigError
+from siding.model import OutcomeKind
+
+SETTINGS = BreakerSettings(failure_threshold=3, open_for_s=2.0, max_open_for_s=10.0)
+CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
+BACKOFF = Answered(OutcomeKind.BACKOFF)
+
+
+def run(
+    events: list[tuple[float, BreakerEvent]], start: BreakerStatus | None = None
+) -> BreakerStatus:
+    status = start or BreakerStatus()
+    for now, event in events:
+        status = transition(status, event, now, SETTINGS)
+    return status
+
+
+def test_opens_after_threshold_consecutive_backoffs() -> None:
+    # Given two BACKOFFs, the breaker is still closed
+    two = run([(0.0, BACKOFF), (0.1, BACKOFF)])
+    assert two == BreakerStatus(CLOSED, failures=2)
+    # When a third arrives, it opens for open_for_s
+    three = run([(0.2, BACKOFF)], start=two)
+    assert three == BreakerStatus(OPEN, failures=0, open_for_s=2.0, open_until=2.2)
+
+
+@pytest.mark.parametrize(
+    "kind", [OutcomeKind.ACK, OutcomeKind.RETRY, OutcomeKind.DEAD, OutcomeKind.GONE]
+)
+def test_any_other_answer_resets_the_count(kind: OutcomeKind) -> None:
+    status = run([(0.0, BACKOFF), (0.1, BACKOFF), (0.2, Answered(kind)), (0.3, BACKOFF)])
+    assert status == BreakerStatus(CLOSED, failures=1)
+
+
+def test_open_becomes_half_open_only_when_its_time_is_up() -> None:
+    opened = BreakerStatus(OPEN, open_for_s=2.0, open_until=5.0)
+    assert transition(opened, Tick(), 4.999, SETTINGS) == opened
+    assert transition(opened, Tick(), 5.0, SETTINGS).state is HALF_OPEN
+
+
+@pytest.mark.parametrize("kind", list(OutcomeKind))
+def test_answers_while_open_or_half_open_change_nothing(kind: OutcomeKind) -> None:
+    opened = BreakerStatus(OPEN, open_for_s=2.0, open_until=5.0)
+    half = BreakerStatus(HALF_OPEN, open_for_s=2.0, open_until=5.0)
+    assert transition(opened, Answered(kind), 6.0, SETTINGS) == opened
+    assert transition(half, Answered(kind), 6.0, SETTINGS) == half
+
+
+def test_successful_probe_closes_and_forgets_the_open_time() -> None:
+    half = BreakerStatus(HALF_OPEN, open_for_s=8.0, open_until=5.0)
+    assert transition(half, Probed(ok=True), 6.0, SETTINGS) == BreakerStatus()
+
+
+def test_failed_probes_double_the_open_time_up_to_the_cap() -> None:
+    status = BreakerStatus(HALF_OPEN, open_for_s=2.0, open_until=0.0)
+    seen = []
+    now = 0.0
+    for _ in range(4):
+        status = transition(status, Probed(ok=False), now, SETTINGS)
+        seen.append(status.open_for_s)
+        assert status.state is OPEN
+        assert status.open_until == now + status.open_for_s
+        now = status.open_until
+        status = transition(status, Tick(), now, SETTINGS)
+        assert status.state is HALF_OPEN
+    assert seen == [4.0, 8.0, 10.0, 10.0]
+
+
+def test_probe_results_outside_half_open_are_ignored() -> None:
+    opened = BreakerStatus(OPEN, open_for_s=2.0, open_until=5.0)
+    assert transition(opened, Probed(ok=True), 1.0, SETTINGS) == opened
+    assert transition(BreakerStatus(), Probed(ok=False), 1.0, SETTINGS) == BreakerStatus()
+
+
+def test_reopening_after_a_close_starts_from_open_for_s_again() -> None:
+    # Given a breaker that backed off to 8 s and then closed
+    closed = transition(
+        BreakerStatus(HALF_OPEN, open_for_s=8.0, open_until=0.0), Probed(ok=True), 0.0, SETTINGS
+    )
+    # When it trips again
+    status = run([(1.0, BACKOFF), (1.1, BACKOFF), (1.2, BACKOFF)], start=closed)
+    # Then it is open for the base time, not the doubled one
+    assert status.open_for_s == 2.0
+
+
+events = st.one_of(
+    st.sampled_from(list(OutcomeKind)).map(Answered),
+    st.just(Tick()),
+    st.booleans().map(Probed),
+)
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1.0), events), max_size=60))
+def test_invariants_hold_for_any_event_sequence(steps: list[tuple[float, BreakerEvent]]) -> None:
+    status = BreakerStatus()
+    now = 0.0
+    for dt, event in steps:
+        now += dt
+        status = transition(status, event, now, SETTINGS)
+        if status.state is CLOSED:
+            assert 0 <= status.failures < SETTINGS.failure_threshold
+        else:
+            assert status.failures == 0
+            assert SETTINGS.open_for_s <= status.open_for_s <= SETTINGS.max_open_for_s
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"failure_threshold": 0}, "breaker.failure_threshold"),
+        ({"open_for_s": 0}, "breaker.open_for_s"),
+        ({"open_for_s": 5, "max_open_for_s": 1}, "breaker.max_open_for_s"),
+        ({"probe_timeout_s": 0}, "breaker.probe_timeout_s"),
+    ],
+)
+def test_bad_settings_name_the_key(kwargs: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        BreakerSettings(**kwargs)
+    assert caught.value.key == key

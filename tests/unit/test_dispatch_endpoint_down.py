@@ -1,0 +1,117 @@
+"""A consumer that is down is not a poison pill: the window waits behind the breaker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from siding.dispatch import (
+    BreakerSettings,
+    BreakerState,
+    CircuitBreaker,
+    DispatchInterrupted,
+    DispatchSettings,
+    Work,
+    dispatch,
+)
+from siding.model import Delivery, Lane, OutcomeKind, delivery_id
+from siding.policy import Done
+from siding.transport.fake import ScriptedTransport
+
+LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
+FAST_BREAKER = BreakerSettings(failure_threshold=3, open_for_s=0.05, max_open_for_s=0.1)
+SETTINGS = DispatchSettings(max_in_flight=20, deadline_s=1.0, lanes=LANES, breaker=FAST_BREAKER)
+
+
+def items(n: int, topic: str = "trips") -> list[Work]:
+    return [Work(Delivery(delivery_id(topic, 0, i), topic, 0, i, None, b"v")) for i in range(n)]
+
+
+async def wait_for(condition: str, check: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
+        await asyncio.sleep(0.005)
+
+
+async def test_down_then_up_delivers_everything_and_dead_letters_nothing() -> None:
+    # Given an endpoint that is down
+    transport = ScriptedTransport(latency_s=0.002)
+    transport.set_down(True)
+    breaker = CircuitBreaker(FAST_BREAKER, transport.probe)
+    work = items(100)
+    task = asyncio.create_task(
+        dispatch(transport, work, SETTINGS, breaker=breaker, rand=lambda: 0.0)
+    )
+    # When the breaker has opened and failed a probe or two, the endpoint comes back
+    await wait_for("a failed probe", lambda: transport.probes >= 2)
+    assert not task.done()
+    transport.set_down(False)
+    report = await asyncio.wait_for(task, 5)
+    # Then every item is done: nothing went to a lane or the DLQ because it was down
+    assert [s.work for s in report.settled] == work
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert report.stats.outcomes[OutcomeKind.BACKOFF] >= FAST_BREAKER.failure_threshold
+    path = [(t.before, t.after) for t in report.stats.breaker_transitions]
+    assert path[0] == (BreakerState.CLOSED, BreakerState.OPEN)
+    assert (BreakerState.HALF_OPEN, BreakerState.OPEN) in path
+    assert path[-2:] == [
+        (BreakerState.OPEN, BreakerState.HALF_OPEN),
+        (BreakerState.HALF_OPEN, BreakerState.CLOSED),
+    ]
+    assert report.stats.breaker_wait_s > 0
+    assert breaker.state is BreakerState.CLOSED
+
+
+async def test_no_sends_while_the_breaker_is_open() -> None:
+    transport = ScriptedTransport()
+    transport.set_down(True)
+    slow = BreakerSettings(failure_threshold=3, open_for_s=10.0, max_open_for_s=10.0)
+    breaker = CircuitBreaker(slow, transport.probe)
+    stop = asyncio.Event()
+    settings = DispatchSettings(max_in_flight=1, deadline_s=1.0, lanes=LANES, breaker=slow)
+    task = asyncio.create_task(
+        dispatch(transport, items(10), settings, breaker=breaker, stop=stop, rand=lambda: 0.0)
+    )
+    await wait_for("the breaker to open", lambda: breaker.state is BreakerState.OPEN)
+    sent = len(transport.started)
+    await asyncio.sleep(0.1)
+    # Then no more sends went out while it was open, and nothing settled as a failure
+    assert len(transport.started) == sent == slow.failure_threshold
+    stop.set()
+    with pytest.raises(DispatchInterrupted):
+        await asyncio.wait_for(task, 1)
+
+
+async def test_stop_while_waiting_on_the_breaker_interrupts() -> None:
+    transport = ScriptedTransport()
+    transport.set_down(True)
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatch(transport, items(5), SETTINGS, stop=stop, rand=lambda: 0.0))
+    await wait_for("a probe", lambda: transport.probes >= 1)
+    stop.set()
+    with pytest.raises(DispatchInterrupted, match="5 of 5"):
+        await asyncio.wait_for(task, 1)
+
+
+async def test_two_dispatches_share_one_breaker_and_one_prober() -> None:
+    transport = ScriptedTransport(latency_s=0.002)
+    transport.set_down(True)
+    patient = BreakerSettings(failure_threshold=3, open_for_s=0.2, max_open_for_s=0.2)
+    breaker = CircuitBreaker(patient, transport.probe)
+    settings = DispatchSettings(max_in_flight=10, deadline_s=1.0, lanes=LANES, breaker=patient)
+    tasks = [
+        asyncio.create_task(
+            dispatch(transport, items(30, topic), settings, breaker=breaker, rand=lambda: 0.0)
+        )
+        for topic in ("a", "b")
+    ]
+    await wait_for("the breaker to open", lambda: breaker.state is BreakerState.OPEN)
+    transport.set_down(False)
+    reports = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert all(len(r.done) == 30 for r in reports)
+    # one probe closed the breaker for both
+    assert transport.probes == 1

@@ -1,0 +1,149 @@
+"""Key ordering through the whole window: per-key order, followers, parked records."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+
+import pytest
+
+from siding.dispatch import DispatchSettings, ParkedRecord, Work, dispatch
+from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, delivery_id
+from siding.policy import Done, ToDlq, ToLane
+from siding.transport.fake import ScriptedTransport
+
+LANES = (Lane(delay_s=1.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))
+KEYED = DispatchSettings(max_in_flight=50, deadline_s=1.0, lanes=LANES, ordering=Ordering.KEY)
+RETRY = Outcome(OutcomeKind.RETRY, "later")
+DEAD = Outcome(OutcomeKind.DEAD, "bad")
+
+
+def rec(offset: int, key: bytes | None, attempt: int = 1, lane: int = 0) -> Delivery:
+    return Delivery(
+        delivery_id("trips", 0, offset), "trips", 0, offset, key, b"v", attempt=attempt, lane=lane
+    )
+
+
+def offsets_sent(transport: ScriptedTransport, key: bytes | None) -> list[int]:
+    return [d.offset for d in transport.started if d.key == key]
+
+
+async def test_same_key_goes_one_after_another_in_offset_order_other_keys_in_parallel() -> None:
+    # Given 3 keys x 10 records, shuffled, with random latencies
+    rng = random.Random(3)
+    work = [Work(rec(i, b"abc"[i % 3 : i % 3 + 1])) for i in range(30)]
+    rng.shuffle(work)
+    transport = ScriptedTransport(latency_s=lambda _d: rng.uniform(0.001, 0.01))
+    report = await dispatch(transport, work, KEYED)
+    assert [s.work for s in report.settled] == work
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    for key in (b"a", b"b", b"c"):
+        sent = offsets_sent(transport, key)
+        assert sent == sorted(sent)
+        # one at a time: each send of the key started after the previous one ended
+        records = sorted(
+            (r for r in transport.sends if r.delivery.key == key), key=lambda r: r.started_at
+        )
+        assert all(b.started_at >= a.ended_at for a, b in itertools.pairwise(records))
+    assert transport.max_concurrent == 3
+
+
+async def test_null_keys_are_unordered() -> None:
+    transport = ScriptedTransport(latency_s=0.01)
+    report = await dispatch(transport, [Work(rec(i, None)) for i in range(20)], KEYED)
+    assert len(report.done) == 20
+    assert transport.max_concurrent == 20
+
+
+async def test_later_records_follow_one_that_went_to_a_retry_lane() -> None:
+    # Given key k: 1 is fine, 2 answers RETRY, 3 and 4 come after; key j is unaffected
+    transport = ScriptedTransport({rec(2, b"k").id: RETRY})
+    work = [Work(rec(o, b"k")) for o in (1, 2, 3, 4)] + [Work(rec(5, b"j"))]
+    report = await dispatch(transport, work, KEYED)
+    steps = [s.step for s in report.settled]
+    blocker = steps[1]
+    assert isinstance(blocker, ToLane)
+    assert (blocker.lane, blocker.attempt) == (1, 2)
+    # Then 3 and 4 were never sent: they follow 2 into lane 1, no earlier than it
+    assert offsets_sent(transport, b"k") == [1, 2]
+    for follower in steps[2:4]:
+        assert isinstance(follower, ToLane)
+        assert (follower.lane, follower.attempt) == (1, 2)
+        assert follower.not_before_ms >= blocker.not_before_ms
+        assert follower.reason == f"following {rec(2, b'k').id}"
+    assert isinstance(steps[4], Done)
+    assert report.stats.followed == 2
+
+
+async def test_a_dead_record_does_not_block_its_key() -> None:
+    transport = ScriptedTransport({rec(1, b"k").id: DEAD})
+    report = await dispatch(transport, [Work(rec(o, b"k")) for o in (1, 2, 3)], KEYED)
+    assert isinstance(report.settled[0].step, ToDlq)
+    assert all(isinstance(s.step, Done) for s in report.settled[1:])
+    assert offsets_sent(transport, b"k") == [1, 2, 3]
+
+
+async def test_backoff_holds_the_key_until_the_record_is_through() -> None:
+    busy = Outcome(OutcomeKind.BACKOFF, "http 503", retry_after_s=0.01)
+    transport = ScriptedTransport({rec(1, b"k").id: [busy, busy, Outcome(OutcomeKind.ACK)]})
+    report = await dispatch(transport, [Work(rec(o, b"k")) for o in (1, 2)], KEYED)
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert offsets_sent(transport, b"k") == [1, 1, 1, 2]
+
+
+async def test_parked_records_from_earlier_batches_are_not_overtaken() -> None:
+    # Given key k has offset 5 parked in lane 2 until some time from now
+    later_ms = int(time.time() * 1000) + 60_000
+    parked = {(0, b"k"): [ParkedRecord(offset=5, lane=2, not_before_ms=later_ms)]}
+    work = [Work(rec(o, b"k")) for o in (3, 7, 8)] + [Work(rec(9, b"j"))]
+    transport = ScriptedTransport()
+    # When the main lane dispatches 3, 7, 8 of k
+    report = await dispatch(transport, work, KEYED, parked=parked)
+    # Then 3 (older than the parked one) is delivered; 7 and 8 follow the parked record to lane 2
+    assert offsets_sent(transport, b"k") == [3]
+    assert isinstance(report.settled[0].step, Done)
+    for settled in report.settled[1:3]:
+        step = settled.step
+        assert isinstance(step, ToLane)
+        assert (step.lane, step.attempt) == (2, 3)
+        assert step.not_before_ms >= later_ms
+        assert step.reason == f"following {rec(5, b'k').id}"
+    assert isinstance(report.settled[3].step, Done)
+
+
+async def test_the_parked_record_itself_is_delivered_by_its_lane() -> None:
+    # Given the lane-1 slice holds parked records 5 and 6 of key k, both parked in lane 1
+    now_ms = int(time.time() * 1000)
+    parked = {(0, b"k"): [ParkedRecord(5, 1, now_ms), ParkedRecord(6, 1, now_ms)]}
+    work = [Work(rec(6, b"k", attempt=2, lane=1)), Work(rec(5, b"k", attempt=2, lane=1))]
+    settings = DispatchSettings(
+        max_in_flight=10, deadline_s=1.0, lanes=LANES, lane=1, ordering=Ordering.KEY
+    )
+    transport = ScriptedTransport()
+    report = await dispatch(transport, work, settings, parked=parked)
+    # Then both are sent, 5 before 6
+    assert offsets_sent(transport, b"k") == [5, 6]
+    assert all(isinstance(s.step, Done) for s in report.settled)
+
+
+@pytest.mark.parametrize("seed", range(5))
+async def test_random_outcomes_never_break_key_order(seed: int) -> None:
+    rng = random.Random(seed)
+    kinds = [OutcomeKind.ACK] * 6 + [OutcomeKind.RETRY, OutcomeKind.DEAD]
+    work = [Work(rec(i, rng.choice([b"a", b"b", b"c", b"d", None]))) for i in range(200)]
+    rng.shuffle(work)
+    script = {w.delivery.id: Outcome(rng.choice(kinds), "x") for w in work}
+    transport = ScriptedTransport(script, latency_s=lambda _d: rng.uniform(0, 0.002))
+    report = await dispatch(transport, work, KEYED)
+    assert [s.work for s in report.settled] == work
+    by_offset = {s.work.delivery.offset: s for s in report.settled}
+    sent = {d.offset for d in transport.started}
+    for key in (b"a", b"b", b"c", b"d"):
+        offsets = sorted(o for o, s in by_offset.items() if s.work.delivery.key == key)
+        assert offsets_sent(transport, key) == [o for o in offsets if o in sent]
+        # after the first record of the key that went to a lane, nothing more of it was sent
+        moved = [o for o in offsets if o in sent and isinstance(by_offset[o].step, ToLane)]
+        if moved:
+            assert all(o not in sent for o in offsets if o > moved[0])
+            assert all(isinstance(by_offset[o].step, ToLane) for o in offsets if o > moved[0])
