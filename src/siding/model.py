@@ -59,7 +59,8 @@ class OutcomeKind(enum.Enum):
     RETRY    try again later, in the next retry lane (consumer said retry, timed out, 5xx).
     DEAD     a poison pill: straight to the DLQ.
     BACKOFF  the endpoint is down or overloaded: redeliver in place after a pause, feed the
-             circuit breaker, do not spend an attempt (a consumer that is down is not a poison pill).
+             circuit breaker, do not spend an attempt (a consumer that is down is not a
+             poison pill).
     GONE     the endpoint is gone for good (HTTP 410): stop the route and alert.
     """
 

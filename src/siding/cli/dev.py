@@ -28,7 +28,7 @@ def kafka(data_dir: Path | None) -> None:
     """Start a single-node KRaft Kafka broker on 127.0.0.1 until Ctrl-C / SIGTERM."""
     stop = threading.Event()
 
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
+    def _on_signal(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, _on_signal)

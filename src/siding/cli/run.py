@@ -35,11 +35,13 @@ def run(path: Path) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM."""
     from siding.pipeline.app import Application
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     config = load_config(path)
     app = Application(config)
 
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
+    def _on_signal(_signum: int, _frame: FrameType | None) -> None:
         app.stop_event.set()
 
     signal.signal(signal.SIGTERM, _on_signal)

@@ -87,7 +87,7 @@ class Totals:
     hosts: set[tuple[str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
+    def add(self, _route: str, _lane: int, results: list[TaskResult], _seconds: float) -> None:
         with self.lock:
             self.batches += 1
             for r in results:
@@ -174,7 +174,9 @@ class PipelineRun:
             got = self.committed()
             return all(got.get(p, -1) >= o for p, o in offsets.items())
 
-        wait_until(reached, timeout_s=timeout_s, what=f"group offsets {dict(offsets)}", check=self.check)
+        wait_until(
+            reached, timeout_s=timeout_s, what=f"group offsets {dict(offsets)}", check=self.check
+        )
 
     def dead_letters(self) -> list[DeadLetter]:
         return self.read_lane_topic(naming.route_dlq(self.route))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -20,6 +20,26 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
     timestamp_ms: int
+
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+RawHeaders = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None
+
+
+def headers_of(raw: RawHeaders) -> tuple[tuple[str, bytes], ...]:
+    pairs = raw.items() if isinstance(raw, Mapping) else (raw or ())
+    return tuple((name, _bytes(value) or b"") for name, value in pairs)
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    def fetch() -> tuple[int, int]:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return int(low), int(high)
+
+    return with_retries(fetch)
 
 
 def read_to_end(
@@ -48,9 +68,7 @@ def read_records(
             raise KafkaAdminError(f"topic {topic} does not exist")
         ends: dict[int, int] = {}
         for p in metadata.topics[topic].partitions:
-            low, high = with_retries(
-                lambda p=p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            )
+            low, high = watermarks(consumer, topic, p)
             if high > low:
                 ends[p] = high
         if not ends:
@@ -71,10 +89,13 @@ def read_records(
                     ends.pop(partition)
                     continue
                 raise KafkaAdminError(f"reading {topic}: {error.str()}")
+            partition = partition or 0
             offset = message.offset() or 0
-            headers = tuple((k, v or b"") for k, v in (message.headers() or []))
             _, timestamp = message.timestamp()
-            out.append(Record(partition, offset, message.key(), message.value(), headers, timestamp))
+            key, value = _bytes(message.key()), _bytes(message.value())
+            out.append(
+                Record(partition, offset, key, value, headers_of(message.headers()), timestamp)
+            )
             if partition in ends and offset + 1 >= ends[partition]:
                 ends.pop(partition)
         return out

@@ -1,4 +1,4 @@
-"""The Spark application: per route, one streaming query for the main lane and one per retry lane."""
+"""The Spark application: per route, one streaming query for the main lane and one per lane."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,17 @@ class Application:
                 checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
                     route.name, lane
                 )
-                starting = self._starting(client_conf, route, topic, partitions, checkpoint, lane)
-                self._start_query(route, name, topic, handler, checkpoint, starting)
+                starting = self._starting(
+                    client_conf,
+                    route,
+                    topic,
+                    partitions=partitions,
+                    checkpoint=checkpoint,
+                    lane=lane,
+                )
+                self._start_query(
+                    route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
+                )
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
@@ -110,6 +119,7 @@ class Application:
         client_conf: Mapping[str, object],
         route: RouteConfig,
         topic: str,
+        *,
         partitions: int,
         checkpoint: Path,
         lane: int,
@@ -125,6 +135,7 @@ class Application:
         route: RouteConfig,
         name: str,
         topic: str,
+        *,
         handler: LaneBatchHandler,
         checkpoint: Path,
         starting: str,

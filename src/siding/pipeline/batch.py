@@ -82,7 +82,9 @@ class LaneBatchHandler:
     def _run_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
         for attempt in range(1, self.attempts + 1):
             if self.stop.is_set():
-                raise BatchFailed(f"route {self.route.name}: stopping; batch {batch_id} not committed")
+                raise BatchFailed(
+                    f"route {self.route.name}: stopping; batch {batch_id} not committed"
+                )
             try:
                 return self._run(rows)
             except Exception as exc:
@@ -90,7 +92,8 @@ class LaneBatchHandler:
                 fatal = any(marker in text for marker in _FATAL_MARKERS)
                 if fatal or attempt == self.attempts:
                     raise BatchFailed(
-                        f"route {self.route.name} lane {self.lane} batch {batch_id}: {_summary(text)}"
+                        f"route {self.route.name} lane {self.lane} batch {batch_id}:"
+                        f" {_summary(text)}"
                     ) from exc
                 log.warning(
                     "route %s lane %d batch %d failed (attempt %d/%d), running it again: %s",

@@ -33,12 +33,12 @@ def make_listener(
     ``onQueryProgress`` fires after the batch's commit log entry is written, so the group never
     runs ahead of the checkpoint (DESIGN.md, invariant 1).
     """
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     lock = threading.Lock()
     last: dict[str, dict[int, int]] = {}
 
-    class GroupCommitListener(StreamingQueryListener):  # type: ignore[misc]
+    class GroupCommitListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             pass
 

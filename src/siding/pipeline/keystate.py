@@ -41,7 +41,10 @@ def encode_value(records: Mapping[int, ParkedRecord]) -> bytes | None:
     """``None`` (a tombstone) once nothing of the key is parked."""
     if not records:
         return None
-    rows = [[r.offset, r.lane, r.not_before_ms] for r in sorted(records.values(), key=lambda r: r.offset)]
+    rows = [
+        [r.offset, r.lane, r.not_before_ms]
+        for r in sorted(records.values(), key=lambda r: r.offset)
+    ]
     return json.dumps(rows, separators=(",", ":")).encode()
 
 
@@ -76,7 +79,9 @@ class KeyParking:
                     if records.pop(event.offset, None) is None:
                         continue
                 else:
-                    records[event.offset] = ParkedRecord(event.offset, event.lane, event.not_before_ms)
+                    records[event.offset] = ParkedRecord(
+                        event.offset, event.lane, event.not_before_ms
+                    )
                 changed.add(event.key)
             out = []
             for key in changed:

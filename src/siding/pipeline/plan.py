@@ -1,4 +1,4 @@
-"""What the driver sends to every task of one batch of one lane (picklable, built once per batch)."""
+"""What the driver sends to every task of one batch of one lane (picklable, built per batch)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from dataclasses import dataclass, field, replace
 
 from siding import naming
 from siding.config import RouteConfig
-from siding.dispatch import AdaptiveSettings, BreakerSettings, DispatchSettings, OrderKey, ParkedRecord
+from siding.dispatch import (
+    AdaptiveSettings,
+    BreakerSettings,
+    DispatchSettings,
+    OrderKey,
+    ParkedRecord,
+)
 from siding.model import Ordering
 from siding.policy import deadline_for
 
@@ -54,7 +60,9 @@ def share_among_tasks(settings: DispatchSettings, tasks: int) -> DispatchSetting
     """Divide the route's in-flight window and rate among the batch's concurrent tasks."""
     tasks = max(1, tasks)
     in_flight = max(1, math.ceil(settings.max_in_flight / tasks))
-    adaptive = replace(settings.adaptive, min_in_flight=min(settings.adaptive.min_in_flight, in_flight))
+    adaptive = replace(
+        settings.adaptive, min_in_flight=min(settings.adaptive.min_in_flight, in_flight)
+    )
     return replace(
         settings,
         max_in_flight=in_flight,

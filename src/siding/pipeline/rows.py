@@ -62,7 +62,7 @@ def main_lane_delivery(row: Sequence[Any]) -> Incoming:
 
 def retry_lane_delivery(row: Sequence[Any]) -> Incoming:
     """A record of a retry lane: the original identity and story come from its headers."""
-    topic, partition, offset, key, value, headers, ts_ms = row
+    _, _, _, key, value, headers, _ = row
     raw_headers = _headers(headers)
     try:
         told = story.decode(raw_headers)

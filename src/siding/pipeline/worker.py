@@ -47,12 +47,11 @@ class WorkerRuntime:
 
 
 _lock = threading.Lock()
-_runtime: WorkerRuntime | None = None
+_runtimes: list[WorkerRuntime] = []  # at most one per process
 
 
 def runtime() -> WorkerRuntime:
-    global _runtime
     with _lock:
-        if _runtime is None:
-            _runtime = WorkerRuntime()
-        return _runtime
+        if not _runtimes:
+            _runtimes.append(WorkerRuntime())
+        return _runtimes[0]

@@ -1,4 +1,4 @@
-"""The durable producer: idempotent, ``acks=all``; a write counts only once Kafka acknowledged it."""
+"""The durable producer: idempotent, ``acks=all``; a write counts once Kafka acknowledged it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def durable_producer_conf(client_conf: Mapping[str, object]) -> dict[str, object
         "message.timeout.ms": 60_000,
     }
     conf.update(client_conf)
-    conf.update({"acks": "all", "enable.idempotence": True, "max.in.flight.requests.per.connection": 5})
+    conf.update(
+        {"acks": "all", "enable.idempotence": True, "max.in.flight.requests.per.connection": 5}
+    )
     return conf
 
 

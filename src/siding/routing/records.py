@@ -11,12 +11,12 @@ from siding.routing.producer import OutRecord
 
 
 def origin_of(delivery: Delivery) -> story.Origin:
-    return story.Origin(
-        delivery.topic, delivery.partition, delivery.offset, delivery.timestamp_ms
-    )
+    return story.Origin(delivery.topic, delivery.partition, delivery.offset, delivery.timestamp_ms)
 
 
-def _hops(delivery: Delivery, before: tuple[LaneHop, ...], now_ms: int, reason: str) -> tuple[LaneHop, ...]:
+def _hops(
+    delivery: Delivery, before: tuple[LaneHop, ...], now_ms: int, reason: str
+) -> tuple[LaneHop, ...]:
     return (*before, LaneHop(delivery.lane, delivery.attempt, now_ms, reason))
 
 
@@ -41,7 +41,10 @@ def lane_record(
         route=route,
     )
     return OutRecord(
-        lane_topic(step.lane), delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
+        lane_topic(step.lane),
+        delivery.key,
+        delivery.value,
+        (*delivery.headers, *story.encode(told)),
     )
 
 
@@ -65,4 +68,6 @@ def dlq_record(
         died_at_ms=now_ms,
         route=route,
     )
-    return OutRecord(dlq_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told)))
+    return OutRecord(
+        dlq_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
+    )
