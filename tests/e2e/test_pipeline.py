@@ -131,7 +131,7 @@ def test_poison_pills_go_to_the_dlq_with_their_story_and_others_are_unaffected(
         assert (s.origin.topic, s.origin.partition, s.origin.offset) == (topic, 0, offset)
         assert s.origin.timestamp_ms > 0 and s.died_at_ms is not None
         assert letter.key == f"k{offset % 4}".encode()
-        assert ("siding-seq", str(offset).encode()) in letter.headers
+        assert ("sim-seq", str(offset).encode()) in letter.headers
         assert s.route == route["name"]
         if did in dead:
             assert s.attempt == 1 and [h.lane for h in s.hops] == [0]

@@ -30,7 +30,7 @@ def test_produce_100_messages(bootstrap: str, topic_name: Callable[[str], str]) 
             pairs = message.headers() or []
             assert isinstance(pairs, list)  # a consumed message's headers come as a list
             headers = {k: v for k, v in pairs if isinstance(v, bytes)}
-            seen[int(headers["siding-seq"])] = (message.key(), headers)
+            seen[int(headers["sim-seq"])] = (message.key(), headers)
         return len(seen) == 100
 
     try:
@@ -41,7 +41,7 @@ def test_produce_100_messages(bootstrap: str, topic_name: Callable[[str], str]) 
     assert len(partitions) == 3
     assert sorted(seen) == list(range(100))
     assert seen[5][0] == b"k1"
-    assert float(seen[5][1]["siding-produced-at"]) > 1_600_000_000
+    assert float(seen[5][1]["sim-produced-at"]) > 1_600_000_000
 
 
 def test_the_cli_produces_too(bootstrap: str, topic_name: Callable[[str], str]) -> None:

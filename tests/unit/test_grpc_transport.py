@@ -165,7 +165,7 @@ BARE_STATUS = {
     "UNKNOWN": OutcomeKind.RETRY,
     "INTERNAL": OutcomeKind.RETRY,
     "ABORTED": OutcomeKind.RETRY,
-    "CANCELLED": OutcomeKind.RETRY,
+    "CANCELLED": OutcomeKind.BACKOFF,
 }
 
 

@@ -111,7 +111,7 @@ def test_ratios_over_one_are_refused() -> None:
 
 
 def test_record_line() -> None:
-    headers = {"siding-produced-at": "1700000000.250000", "siding-seq": "41"}
+    headers = {"sim-produced-at": "1700000000.250000", "sim-seq": "41"}
     assert record_line("t/0/41", 2, 1700000001.5, headers) == (
         "t/0/41,2,1700000001.500000,1700000000.250000,41\n"
     )
@@ -155,7 +155,7 @@ def test_settings_survive_the_command_line() -> None:
 
 
 def delivery(n: int, attempt: int = 1, seq: bool = True) -> Delivery:
-    headers = (("siding-seq", str(n).encode()), ("siding-produced-at", b"1700000000.5"))
+    headers = (("sim-seq", str(n).encode()), ("sim-produced-at", b"1700000000.5"))
     return Delivery(
         f"orders/0/{n}", "orders", 0, n, None, b"{}", headers if seq else (), attempt=attempt
     )

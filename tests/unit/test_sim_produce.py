@@ -19,14 +19,14 @@ def test_keys_go_round_robin() -> None:
 
 def test_headers_carry_sequence_and_production_time() -> None:
     assert message_headers(41, 1700000000.25) == [
-        ("siding-seq", b"41"),
-        ("siding-produced-at", b"1700000000.250000"),
+        ("sim-seq", b"41"),
+        ("sim-produced-at", b"1700000000.250000"),
     ]
 
 
 def test_the_sim_consumer_reads_what_the_producer_writes() -> None:
     headers = {k: v.decode() for k, v in message_headers(7, 12.5)}
-    assert (SEQ_HEADER, PRODUCED_AT_HEADER) == ("siding-seq", "siding-produced-at")
+    assert (SEQ_HEADER, PRODUCED_AT_HEADER) == ("sim-seq", "sim-produced-at")
     assert record_line("t/0/7", 1, 13.0, headers) == "t/0/7,1,13.000000,12.500000,7\n"
 
 

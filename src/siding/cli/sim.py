@@ -136,7 +136,7 @@ def settings_from_options(
 def produce(
     *, bootstrap: str, topic: str, count: int, keys: int | None, rate: float | None, partitions: int
 ) -> None:
-    """Produce COUNT messages with siding-seq / siding-produced-at headers (creates the topic)."""
+    """Produce COUNT messages with sim-seq / sim-produced-at headers (creates the topic)."""
     from siding.devkit.sim_produce import produce as produce_messages
 
     sent = produce_messages(bootstrap, topic, count, keys=keys, rate=rate, partitions=partitions)

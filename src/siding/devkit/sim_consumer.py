@@ -32,8 +32,8 @@ from siding.consumer import ConsumerServer, Reply, ack, dead, retry
 from siding.errors import SidingError
 from siding.model import Delivery
 
-SEQ_HEADER = "siding-seq"
-PRODUCED_AT_HEADER = "siding-produced-at"
+SEQ_HEADER = "sim-seq"
+PRODUCED_AT_HEADER = "sim-produced-at"
 RECORD_FIELDS = ("delivery_id", "attempt", "receive_time_unix_s", "produce_ts_unix_s", "seq")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m)?\s*$")

@@ -1,6 +1,6 @@
 """A load producer for tests, demos and benchmarks (``siding sim produce``).
 
-Every message carries ``siding-seq`` (its sequence number) and ``siding-produced-at`` (unix
+Every message carries ``sim-seq`` (its sequence number) and ``sim-produced-at`` (unix
 seconds, as text) so a simulated consumer's record can measure end-to-end latency and loss.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 from siding.errors import BrokerError
 
-SEQ_HEADER = "siding-seq"
-PRODUCED_AT_HEADER = "siding-produced-at"
+SEQ_HEADER = "sim-seq"
+PRODUCED_AT_HEADER = "sim-produced-at"
 _FLUSH_TIMEOUT_S = 30.0
 
 

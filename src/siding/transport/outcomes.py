@@ -12,7 +12,15 @@ import grpc
 
 from siding.model import ACK, Outcome, OutcomeKind, Result, Verdict
 
-_GRPC_BACKOFF = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE})
+# CANCELLED: the server dropped the call (overloaded past its concurrency cap, or shutting down);
+# the message itself is not to blame.
+_GRPC_BACKOFF = frozenset(
+    {
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    }
+)
 # The endpoint is misconfigured or was deployed wrong: every message would fail the same way,
 # so this is the circuit breaker's business, never the DLQ's.
 _GRPC_MISCONFIGURED = frozenset(
@@ -59,7 +67,7 @@ def outcome_from_grpc(
         return Outcome(OutcomeKind.DEAD, reason)
     if code in _GRPC_BACKOFF or code in _GRPC_MISCONFIGURED:
         return Outcome(OutcomeKind.BACKOFF, reason)
-    # DEADLINE_EXCEEDED and everything else (UNKNOWN, INTERNAL, ABORTED, CANCELLED): retry lane.
+    # DEADLINE_EXCEEDED and everything else (UNKNOWN, INTERNAL, ABORTED): retry lane.
     return Outcome(OutcomeKind.RETRY, reason)
 
 
