@@ -33,13 +33,21 @@ def check_config(path: Path) -> None:
 )
 def run(path: Path) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM."""
+    from siding.control import ControlServer, application_health
     from siding.pipeline.app import Application
+    from siding.pipeline.metrics import MetricsSink
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     config = load_config(path)
-    app = Application(config)
+    metrics = MetricsSink()
+    for route in config.route:
+        metrics.declare(route.name, 1 + len(route.lanes))
+    app = Application(config, sink=metrics.sink)
+    address = config.control.address()
+    control = ControlServer(address, metrics, lambda: application_health(app)) if address else None
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
         app.stop_event.set()
@@ -47,9 +55,14 @@ def run(path: Path) -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
+        if control is not None:
+            control.start()
+            click.echo(f"siding: control API on {control.url} (/health /status /metrics)", err=True)
         app.start()
         click.echo(f"siding: running {len(config.route)} route(s); Ctrl-C to stop", err=True)
         app.run()
     finally:
         app.stop()
+        if control is not None:
+            control.stop()
     click.echo("siding: stopped cleanly", err=True)

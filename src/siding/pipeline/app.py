@@ -165,23 +165,33 @@ class Application:
         """Block until ``stop_event`` is set (clean stop) or a query fails (``RouteFailed``)."""
         while not self.stop_event.wait(poll_s):
             for query in self.queries:
-                if not query.isActive:
-                    error = query.exception()
+                try:
+                    active, error = query.isActive, None if query.isActive else query.exception()
+                except Exception as exc:  # the JVM went away (it got the signal too)
+                    if self.stop_event.is_set():
+                        return
+                    raise RouteFailed(f"lost the Spark driver: {exc}") from exc
+                if not active:
                     self.stop_event.set()
                     raise RouteFailed(f"{query.name} stopped: {_short(str(error))}")
 
     def stop(self) -> None:
+        """Stop every query, then the session. Offsets are committed by Spark only after a batch
+        succeeded, so stopping (or losing the JVM) mid-batch never commits past a record."""
         self.stop_event.set()
+        spark, self.spark = self.spark, None
         for query in self.queries:
             try:
                 query.stop()
-            except Exception:  # stopping the others matters more than this one's error
-                log.exception("stopping %s", query.name)
-        if self.spark is not None and self._listener is not None:
-            self.spark.streams.removeListener(self._listener)
-        if self.spark is not None and self._own_session:
-            self.spark.stop()
-        self.spark = None
+            except Exception as exc:  # the JVM may already be shutting down with us
+                log.warning("stopping a query: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        try:
+            if spark is not None and self._listener is not None:
+                spark.streams.removeListener(self._listener)
+            if spark is not None and self._own_session:
+                spark.stop()
+        except Exception as exc:
+            log.warning("stopping Spark: %s", str(exc).splitlines()[0] if str(exc) else exc)
 
 
 def _short(text: str) -> str:

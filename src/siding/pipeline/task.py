@@ -6,6 +6,9 @@ means every record of its slice has a durable outcome (invariant 1).
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,7 +18,7 @@ from typing import Any
 from siding.dispatch import DispatchStats, Settled, Work, dispatch, flood_exceeded
 from siding.dispatch.keyorder import order_key
 from siding.errors import DlqFloodError
-from siding.model import Delivery, LaneHop
+from siding.model import LaneHop
 from siding.pipeline.keystate import ParkEvent
 from siding.pipeline.plan import TaskPlan
 from siding.pipeline.rows import Incoming, incoming
@@ -93,9 +96,6 @@ def _malformed(items: Sequence[Incoming]) -> list[Settled]:
 
 def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
-    import os
-    import socket
-
     items = incoming(rows, plan.lane)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
@@ -122,6 +122,14 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     out = _route_out(plan, settled, hops, int(time.time() * 1000))
     if out:
         rt.producer(plan.client_conf).write(out)
+    if os.environ.get("SIDING_TRACE_TASKS"):
+        # Lands in the executor's stderr log: which process delivered what (scale-out checks).
+        print(
+            f"siding-task route={route.name} lane={plan.lane} records={len(settled)}"
+            f" pid={os.getpid()} host={socket.gethostname()}",
+            file=sys.stderr,
+            flush=True,
+        )
     reasons: Counter[str] = Counter(
         s.step.reason.split(":")[0] for s in dead if isinstance(s.step, ToDlq)
     )
@@ -145,7 +153,3 @@ def deliver_partition(plan: TaskPlan) -> Any:
         yield run_slice(plan, rows, partition_id)
 
     return run
-
-
-def first_delivery_ids(items: Sequence[Delivery]) -> list[str]:
-    return [d.id for d in items[:3]]
