@@ -442,3 +442,24 @@ def test_a_transport_whose_loop_ended_without_close_starts_afresh(refused_url: s
             assert next_batch.run(sender.probe()) is False
             next_batch.run(sender.close())
         gc.collect()
+
+
+async def test_a_consumer_that_dies_on_the_request_sends_it_to_a_retry_lane() -> None:
+    # Given a server that reads the request and then drops the connection without answering
+    # (a consumer process crashing on this very message)
+    async def crash(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.transport.abort()
+
+    server = await asyncio.start_server(crash, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport = HttpTransport(f"http://127.0.0.1:{port}/")
+    try:
+        outcome = await transport.send(Delivery(delivery_id("t", 0, 1), "t", 0, 1, None, b"x"), 5)
+    finally:
+        await transport.close()
+        server.close()
+        await server.wait_closed()
+    # Then it is not redelivered in place forever (BACKOFF) but moves on (RETRY)
+    assert outcome.kind is OutcomeKind.RETRY
+    assert "connection lost after sending" in outcome.reason

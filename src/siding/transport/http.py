@@ -23,6 +23,7 @@ from siding.transport import signing
 from siding.transport.outcomes import (
     outcome_from_connection_error,
     outcome_from_http,
+    outcome_from_lost_connection,
     outcome_from_timeout,
 )
 
@@ -235,6 +236,14 @@ class HttpTransport:
             return outcome_from_connection_error(error)  # never connected: nothing was delivered
         except TimeoutError:
             return outcome_from_timeout(deadline_s)
+        except aiohttp.ClientConnectorError as error:
+            return outcome_from_connection_error(error)  # refused or TLS failed: not delivered
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientPayloadError,
+            aiohttp.ClientOSError,
+        ) as error:
+            return outcome_from_lost_connection(error)
         except aiohttp.ClientError as error:
             # Refused, reset, TLS failure, or an answer that is not HTTP.
             return outcome_from_connection_error(error)

@@ -105,6 +105,13 @@ def outcome_from_connection_error(error: BaseException) -> Outcome:
     return Outcome(OutcomeKind.BACKOFF, f"endpoint unreachable: {text}")
 
 
+def outcome_from_lost_connection(error: BaseException) -> Outcome:
+    """The connection broke after the delivery was sent: the consumer may have crashed on this
+    very message, so it moves on to a retry lane (a poison pill must not loop in place)."""
+    text = str(error) or type(error).__name__
+    return Outcome(OutcomeKind.RETRY, f"connection lost after sending: {text}")
+
+
 def parse_retry_after(value: str | None, now_s: float | None = None) -> float | None:
     """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``None`` when absent or bad."""
     if not value:
