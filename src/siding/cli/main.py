@@ -25,6 +25,9 @@ def _register() -> None:
     from siding.cli import sim
 
     cli.add_command(sim.sim)
+    from siding.cli import demo
+
+    cli.add_command(demo.demo)
 
 
 def main() -> None:

@@ -1,0 +1,98 @@
+"""``/metrics``: the metrics snapshot as Prometheus families, in a registry of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from itertools import accumulate
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from siding import naming
+from siding.dispatch import BreakerState
+from siding.pipeline.metrics import LaneMetrics, Snapshot
+
+_LABELS = ["route", "lane"]
+
+
+def _outcomes(lane: LaneMetrics) -> dict[str, int]:
+    return {"ack": lane.acked, "lane": lane.to_lane, "dlq": lane.to_dlq}
+
+
+class SnapshotCollector(Collector):
+    """Reads a fresh snapshot on every scrape; nothing is kept between scrapes."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        records = CounterMetricFamily(
+            "siding_records",
+            "Records given a durable outcome, by outcome (ack, lane = moved to the next retry"
+            " lane, dlq = dead-lettered).",
+            labels=[*_LABELS, "outcome"],
+        )
+        batches = CounterMetricFamily("siding_batches", "Micro-batches completed.", labels=_LABELS)
+        sends = CounterMetricFamily("siding_sends", "Deliveries sent to consumers.", labels=_LABELS)
+        answers = CounterMetricFamily(
+            "siding_answers", "Consumer answers by kind.", labels=[*_LABELS, "kind"]
+        )
+        dead = CounterMetricFamily(
+            "siding_dead_letters", "Dead-lettered records by reason.", labels=[*_LABELS, "reason"]
+        )
+        latency = HistogramMetricFamily(
+            "siding_delivery_latency_seconds",
+            "Time from sending a delivery to the consumer's answer.",
+            labels=_LABELS,
+        )
+        in_flight = GaugeMetricFamily(
+            "siding_in_flight",
+            "Peak deliveries in flight during the lane's last batch (summed over its tasks).",
+            labels=_LABELS,
+        )
+        last_batch = GaugeMetricFamily(
+            "siding_last_batch_seconds", "Duration of the lane's last batch.", labels=_LABELS
+        )
+        breaker = GaugeMetricFamily(
+            "siding_breaker_state",
+            "1 for the circuit breaker's current state, 0 for the others.",
+            labels=[*_LABELS, "state"],
+        )
+        for (route, lane_no), lane in sorted(snap.lanes.items()):
+            labels = [route, naming.lane_label(lane_no)]
+            for outcome, n in _outcomes(lane).items():
+                records.add_metric([*labels, outcome], n)
+            batches.add_metric(labels, lane.batches)
+            sends.add_metric(labels, lane.sends)
+            for kind, n in lane.outcomes.items():
+                answers.add_metric([*labels, kind.value], n)
+            for reason, n in lane.dead_reasons.items():
+                dead.add_metric([*labels, reason], n)
+            hist = lane.latency
+            bounds = [*(repr(b) for b in hist.bounds_s), "+Inf"]
+            cumulative = list(accumulate(hist.counts))
+            latency.add_metric(
+                labels, list(zip(bounds, cumulative, strict=True)), sum_value=hist.sum_s
+            )
+            in_flight.add_metric(labels, lane.last_in_flight)
+            last_batch.add_metric(labels, lane.last_batch_s)
+            for state in BreakerState:
+                breaker.add_metric([*labels, state.value], 1.0 if lane.breaker is state else 0.0)
+        yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch, breaker)
+
+
+def metrics_registry(snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

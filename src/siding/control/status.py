@@ -1,0 +1,92 @@
+"""Pure: the JSON documents of ``/health`` and ``/status`` from a metrics snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from siding import naming
+from siding.pipeline.metrics import LaneMetrics, Snapshot
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryHealth:
+    """One streaming query (a route's lane) as the driver sees it."""
+
+    name: str
+    active: bool
+    error: str | None = None
+
+
+def health_document(queries: Sequence[QueryHealth]) -> tuple[int, dict[str, Any]]:
+    """200 when there is at least one query and every query is active, else 503."""
+    healthy = bool(queries) and all(q.active for q in queries)
+    body = {
+        "status": "ok" if healthy else "unavailable",
+        "queries": [_query(q) for q in queries],
+    }
+    return (200 if healthy else 503), body
+
+
+def _query(q: QueryHealth) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": q.name, "active": q.active}
+    if q.error:
+        out["error"] = q.error
+    return out
+
+
+def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any]:
+    latency = metrics.latency
+    return {
+        "lane": lane,
+        "label": naming.lane_label(lane),
+        "records": metrics.records,
+        "acked": metrics.acked,
+        "to_lane": metrics.to_lane,
+        "to_dlq": metrics.to_dlq,
+        "batches": metrics.batches,
+        "rate_per_s": round(rate, 3),
+        "last_batch_s": round(metrics.last_batch_s, 3),
+        "in_flight_last_batch": metrics.last_in_flight,
+        "max_in_flight": metrics.max_in_flight,
+        "breaker": metrics.breaker.value,
+        "latency_s": {
+            "count": latency.count,
+            "mean": round(latency.sum_s / latency.count, 6) if latency.count else 0.0,
+            **{f"p{round(q * 100)}": latency.quantile(q) for q in QUANTILES},
+            "max": latency.max_s,
+        },
+        "outcomes": {kind.value: n for kind, n in sorted(metrics.outcomes.items(), key=_kind)},
+        "dead_reasons": dict(sorted(metrics.dead_reasons.items())),
+    }
+
+
+def _kind(item: tuple[Any, int]) -> str:
+    return str(item[0].value)
+
+
+def status_document(snapshot: Snapshot, queries: Sequence[QueryHealth]) -> dict[str, Any]:
+    """Routes with their lanes, counts, rates and breaker; the queries; the last error."""
+    routes = []
+    for route in snapshot.routes():
+        keys = sorted(k for k in snapshot.lanes if k[0] == route)
+        lanes = [lane_document(k[1], snapshot.lanes[k], snapshot.rate(k)) for k in keys]
+        routes.append(
+            {
+                "name": route,
+                "delivered": sum(lane["acked"] for lane in lanes),
+                "dead_lettered": sum(lane["to_dlq"] for lane in lanes),
+                "lanes": lanes,
+            }
+        )
+    errors = [q.error for q in queries if q.error]
+    return {
+        "uptime_s": round(snapshot.at - snapshot.started_at, 3),
+        "healthy": health_document(queries)[0] == 200,
+        "routes": routes,
+        "queries": [_query(q) for q in queries],
+        "last_error": snapshot.last_error or (errors[-1] if errors else None),
+    }

@@ -1,0 +1,196 @@
+"""The control API over real HTTP on loopback: /health, /status, /metrics."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from siding.control import ControlServer, QueryHealth, health_document, status_document
+from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
+from siding.errors import SidingError
+from siding.model import OutcomeKind
+from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.task import TaskResult
+
+Queries = list[QueryHealth]
+
+
+def _latency(n_10ms: int, n_2s: int) -> LatencyHistogram:
+    counts = [0] * len(LatencyHistogram().counts)
+    counts[3], counts[10] = n_10ms, n_2s
+    return LatencyHistogram(
+        counts=tuple(counts), count=n_10ms + n_2s, sum_s=0.01 * n_10ms + 2.0 * n_2s, max_s=2.0
+    )
+
+
+def _batch(*, open_breaker: bool = False) -> list[TaskResult]:
+    transitions = (
+        (BreakerTransition(1.0, BreakerState.CLOSED, BreakerState.OPEN),) if open_breaker else ()
+    )
+    stats = DispatchStats(
+        sends=100,
+        outcomes={OutcomeKind.ACK: 90, OutcomeKind.RETRY: 7, OutcomeKind.DEAD: 3},
+        latency=_latency(95, 5),
+        max_in_flight=42,
+        breaker_transitions=transitions,
+    )
+    return [
+        TaskResult(records=100, acked=90, to_lane=7, to_dlq=3, stats=stats, dead_reasons={"sim": 3})
+    ]
+
+
+@pytest.fixture
+def metrics() -> MetricsSink:
+    sink = MetricsSink()
+    sink.declare("billing", 2)
+    return sink
+
+
+@pytest.fixture
+def queries() -> Queries:
+    return [QueryHealth("siding.billing.main", True), QueryHealth("siding.billing.retry-1", True)]
+
+
+@pytest.fixture
+def server(metrics: MetricsSink, queries: Queries) -> Iterator[ControlServer]:
+    with ControlServer(("127.0.0.1", 0), metrics, lambda: list(queries)) as control:
+        yield control
+
+
+def get(server: ControlServer, path: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(server.url + path, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.headers["Content-Type"], error.read()
+
+
+def get_json(server: ControlServer, path: str) -> tuple[int, Any]:
+    code, content_type, body = get(server, path)
+    assert content_type == "application/json"
+    return code, json.loads(body)
+
+
+def test_server_binds_a_free_port_when_asked_for_port_0(server: ControlServer) -> None:
+    host, port = server.address
+    assert host == "127.0.0.1" and port > 0
+    assert server.url == f"http://127.0.0.1:{port}"
+
+
+def test_health_is_200_while_every_query_is_active(server: ControlServer) -> None:
+    code, body = get_json(server, "/health")
+    assert code == 200
+    assert body["status"] == "ok"
+    assert [q["name"] for q in body["queries"]] == ["siding.billing.main", "siding.billing.retry-1"]
+
+
+def test_health_is_503_when_a_query_stopped(server: ControlServer, queries: Queries) -> None:
+    queries[1] = QueryHealth("siding.billing.retry-1", False, "BatchFailed: broker down")
+    code, body = get_json(server, "/health")
+    assert code == 503
+    assert body["status"] == "unavailable"
+    assert body["queries"][1] == {
+        "name": "siding.billing.retry-1",
+        "active": False,
+        "error": "BatchFailed: broker down",
+    }
+
+
+def test_health_is_503_before_any_query_started() -> None:
+    assert health_document([])[0] == 503
+
+
+def test_status_shows_the_counts_fed_in(server: ControlServer, metrics: MetricsSink) -> None:
+    # Given two batches reported on the main lane, one that opened the breaker
+    metrics.on_result("billing", 0, _batch(), 1.2)
+    metrics.on_result("billing", 0, _batch(open_breaker=True), 0.8)
+    metrics.error("route billing: something broke")
+    # When /status is read
+    code, body = get_json(server, "/status")
+    # Then it shows them per route and lane
+    assert code == 200
+    assert body["healthy"] is True
+    assert body["last_error"] == "route billing: something broke"
+    (route,) = body["routes"]
+    assert route["name"] == "billing"
+    assert (route["delivered"], route["dead_lettered"]) == (180, 6)
+    main, retry = route["lanes"]
+    assert (main["label"], retry["label"]) == ("main", "retry-1")
+    assert (main["acked"], main["to_lane"], main["to_dlq"], main["records"]) == (180, 14, 6, 200)
+    assert main["batches"] == 2 and main["last_batch_s"] == 0.8
+    assert main["breaker"] == "open" and retry["breaker"] == "closed"
+    assert main["max_in_flight"] == 42
+    assert main["latency_s"]["p50"] == 0.01 and main["latency_s"]["p99"] == 2.0
+    assert main["outcomes"] == {"ack": 180, "dead": 6, "retry": 14}
+    assert main["dead_reasons"] == {"sim": 6}
+    assert main["rate_per_s"] > 0
+    assert retry["records"] == 0
+
+
+def test_metrics_are_prometheus_text_with_the_counts_fed_in(
+    server: ControlServer, metrics: MetricsSink
+) -> None:
+    metrics.on_result("billing", 0, _batch(open_breaker=True), 1.0)
+    code, content_type, body = get(server, "/metrics")
+    assert code == 200
+    assert content_type.startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+    main = (("lane", "main"), ("route", "billing"))
+
+    def at(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted((*main, *labels.items()))))]
+
+    assert at("siding_records_total", outcome="ack") == 90
+    assert at("siding_records_total", outcome="lane") == 7
+    assert at("siding_records_total", outcome="dlq") == 3
+    assert at("siding_answers_total", kind="retry") == 7
+    assert at("siding_dead_letters_total", reason="sim") == 3
+    assert at("siding_delivery_latency_seconds_bucket", le="0.01") == 95
+    assert at("siding_delivery_latency_seconds_bucket", le="+Inf") == 100
+    assert at("siding_delivery_latency_seconds_count") == 100
+    assert at("siding_in_flight") == 42
+    assert at("siding_breaker_state", state="open") == 1
+    assert at("siding_breaker_state", state="closed") == 0
+
+
+def test_unknown_path_is_404(server: ControlServer) -> None:
+    code, body = get_json(server, "/nope")
+    assert code == 404
+    assert "/nope" in body["error"]
+
+
+def test_a_failing_source_answers_500_and_the_server_keeps_serving(
+    metrics: MetricsSink,
+) -> None:
+    calls = [0]
+
+    def flaky() -> Queries:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("JVM gone")
+        return [QueryHealth("q", True)]
+
+    with ControlServer(("127.0.0.1", 0), metrics, flaky) as control:
+        assert get_json(control, "/health") == (500, {"error": "JVM gone"})
+        assert get_json(control, "/health")[0] == 200
+
+
+def test_a_taken_port_is_a_clear_error(server: ControlServer, metrics: MetricsSink) -> None:
+    with pytest.raises(SidingError, match="cannot listen"):
+        ControlServer(server.address, metrics, list).start()
+
+
+def test_status_document_without_traffic() -> None:
+    doc = status_document(MetricsSink().snapshot(), [])
+    assert doc["routes"] == [] and doc["healthy"] is False and doc["last_error"] is None
