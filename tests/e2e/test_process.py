@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,15 @@ def test_sigkill_three_times_loses_nothing_and_duplicates_stay_bounded(
     def received() -> int:
         return len(read_records(received_file)) if received_file.exists() else 0
 
+    def grew_past(before: int) -> bool:
+        return received() > before + 50
+
     # When `siding run` is killed with SIGKILL while deliveries are in flight, three times
     for _ in range(kills):
         before = received()
         proc = _siding_run(config, log)
         try:
-            wait_until(lambda b=before: received() > b + 50, timeout_s=120, what="deliveries")
+            wait_until(partial(grew_past, before), timeout_s=120, what="deliveries")
         finally:
             _kill_group(proc, signal.SIGKILL)
             proc.wait(30)
