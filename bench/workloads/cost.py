@@ -1,0 +1,61 @@
+"""Cost: CPU seconds of siding's own processes (this Python driver, Spark's JVM, its Python
+workers; not the broker, not the consumer service) per 1,000 delivered messages, against the
+transport floor from bench/results/transport.json (gRPC stream client CPU per message)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import transport_bench
+from bench.workloads.context import BenchContext, scaled
+from bench.workloads.cpu import children_of, tree_cpu_s
+from bench.workloads.measure import first_receipts
+from siding.devkit.sim_consumer import Behaviour, read_records
+from siding.devkit.sim_produce import produce
+
+MESSAGES = 20_000
+FLOOR_TRANSPORT = "grpc-stream"  # the transport siding's gRPC routes use by default
+
+
+def floor_s_per_1000(path: Path = transport_bench.RESULTS) -> float:
+    if not path.exists():
+        transport_bench.main(["--out", str(path)])
+    runs = json.loads(path.read_text())["runs"]
+    us = next(r["client_cpu_us_per_msg"] for r in runs if r["transport"] == FLOOR_TRANSPORT)
+    return float(us) * 1000 / 1e6
+
+
+def run(ctx: BenchContext, broker_pid: int) -> list[dict[str, Any]]:
+    count = scaled(MESSAGES, ctx.scale, floor=2000)
+    floor = floor_s_per_1000()
+    topic = ctx.topic("cost")
+    produce(ctx.bootstrap, topic, count)
+    record = ctx.record_file(topic)
+    before_sim = children_of(os.getpid())
+    with ctx.sim(Behaviour(), record) as sim:
+        # the consumer service is the only process the bench started since
+        exclude = {broker_pid} | (children_of(os.getpid()) - before_sim)
+        before, started = tree_cpu_s(os.getpid(), exclude), time.monotonic()
+        with ctx.pipeline(topic, sim.target, max_in_flight=1000) as pipeline:
+            pipeline.wait_committed({0: count}, timeout_s=count / 50 + 120)
+            used = tree_cpu_s(os.getpid(), exclude) - before
+            wall = time.monotonic() - started
+    delivered = len(first_receipts(read_records(record)))
+    per_1000 = used / delivered * 1000
+    return [
+        {
+            "name": "cost",
+            "messages": count,
+            "cpu_s_per_1000": round(per_1000, 3),
+            "floor_cpu_s_per_1000": round(floor, 3),
+            "ratio_to_floor": round(per_1000 / floor, 2),
+            "cpu_s": round(used, 2),
+            "wall_s": round(wall, 2),
+            "delivered": delivered,
+            "settings": {"floor_transport": FLOOR_TRANSPORT, "max_in_flight": 1000},
+        }
+    ]

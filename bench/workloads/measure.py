@@ -1,0 +1,77 @@
+"""Pure measurements over what a simulated consumer recorded (no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+from siding.devkit.sim_consumer import Behaviour, Received, plan
+
+Delay = Callable[[Received], float]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} outside 0-100")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def first_receipts(records: Iterable[Received]) -> dict[str, Received]:
+    """Each delivery id's first attempt as the consumer received it (redeliveries dropped)."""
+    first: dict[str, Received] = {}
+    for r in records:
+        seen = first.get(r.delivery_id)
+        if seen is None or (r.attempt, r.received_s) < (seen.attempt, seen.received_s):
+            first[r.delivery_id] = r
+    return first
+
+
+def done_span_s(records: Iterable[Received], delay_s: Delay) -> float:
+    """Seconds from the first receipt to the moment the last message was done (its receipt
+    plus the processing time the consumer spent on it)."""
+    firsts = list(records)
+    if not firsts:
+        raise ValueError("a span needs at least one receipt")
+    start = min(r.received_s for r in firsts)
+    return max(r.received_s + delay_s(r) for r in firsts) - start
+
+
+def rate_per_s(records: Iterable[Received], delay_s: Delay) -> float:
+    """Distinct messages per second over ``done_span_s`` of their first attempts."""
+    firsts = first_receipts(records).values()
+    span = done_span_s(firsts, delay_s)
+    return len(firsts) / span if span > 0 else math.inf
+
+
+def planned_delay(behaviour: Behaviour) -> Delay:
+    """How long the simulated consumer worked on a delivery, from its deterministic plan."""
+    return lambda r: plan(behaviour, r.delivery_id, r.attempt).delay_s
+
+
+def latencies_ms(records: Iterable[Received], ids: set[str] | None = None) -> list[float]:
+    """End-to-end latency (produce timestamp -> consumer receipt) of each id's first attempt."""
+    return [
+        (r.received_s - r.produced_s) * 1000
+        for r in first_receipts(records).values()
+        if r.produced_s is not None and (ids is None or r.delivery_id in ids)
+    ]
+
+
+def extrapolated_seconds(count: int, measured_rate_per_s: float) -> float:
+    """How long ``count`` messages take at a rate measured over a shorter window."""
+    if measured_rate_per_s <= 0:
+        raise ValueError("a rate must be positive to extrapolate from it")
+    return count / measured_rate_per_s
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` rounded, or None when either is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 3)
