@@ -25,6 +25,9 @@ def _register() -> None:
     from siding.cli import sim
 
     cli.add_command(sim.sim)
+    from siding.cli.dlq import dlq
+
+    cli.add_command(dlq)
     from siding.cli import demo
 
     cli.add_command(demo.demo)
