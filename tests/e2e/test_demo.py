@@ -47,7 +47,9 @@ def test_demo_runs_summarises_and_leaves_nothing_behind(kafka: EmbeddedKafka) ->
     assert int(delivered.group(1).replace(",", "")) > 0
     assert int(delivered.group(2).replace(",", "")) > 0
     assert re.search(r"plain consumer\s+[\d.]+ msg/s", summary)
-    assert re.search(r"dead letters in \S+: [1-9]", out)
+    # And it ends with what `siding dlq list` shows
+    assert "$ siding dlq list --route" in out
+    assert re.search(r"[1-9]\d* dead letter\(s\) of route", out)
     # And it printed progress lines (no terminal: plain lines, not a live view)
     assert re.search(r"\] running produced=\d+", out)
     # And the broker, the consumer service and the control API it started are gone

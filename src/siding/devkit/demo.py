@@ -19,7 +19,6 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from siding import naming
 from siding.config import ControlConfig, SidingConfig, parse_config
 from siding.control import ControlServer, application_health
 from siding.devkit.broker import EmbeddedKafka
@@ -38,11 +37,9 @@ from siding.devkit.harness import config_text
 from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings, plan
 from siding.devkit.sim_produce import message_headers, message_value
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
-from siding.kafka.reader import read_records
 from siding.model import delivery_id
 from siding.pipeline.app import Application
 from siding.pipeline.metrics import MetricsSink
-from siding.routing import story
 
 TOPIC = "demo.billing-events"
 ROUTE = "billing"
@@ -288,8 +285,7 @@ def _observe(
         console.print(line, highlight=False)
     console.print()
     if not stop.is_set():
-        client_conf = dict(parts.app.config.kafka.client_config())
-        _print_dead_letters(console, client_conf, settings)
+        _print_dead_letters(console, parts.app, settings)
     return DemoResult(
         produced, delivered(final), dead_lettered(final), _drained(final), stop.is_set()
     )
@@ -355,23 +351,17 @@ def _watch(
     return show
 
 
-def _print_dead_letters(
-    console: Console, client_conf: dict[str, Any], settings: DemoSettings
-) -> None:
-    # The `siding dlq list` Spark job was not available when the demo was written; reading
-    # the DLQ topic directly shows the same story headers.
-    topic = naming.dlq_topic(ROUTE)
-    letters = read_records(client_conf, topic)
-    console.print(f"dead letters in {topic}: {len(letters)}", highlight=False)
-    for record in letters[: settings.dead_letters_shown]:
-        s = story.decode(record.headers)
-        if s is None:
-            continue
-        lanes = "→".join(naming.lane_label(h.lane) for h in s.hops)
-        console.print(
-            f"  {s.origin.topic}/{s.origin.partition}/{s.origin.offset}"
-            f"  attempt {s.attempt}  lanes {lanes}  reason: {s.reason}",
-            highlight=False,
-        )
-    if len(letters) > settings.dead_letters_shown:
-        console.print(f"  … and {len(letters) - settings.dead_letters_shown} more", highlight=False)
+def _print_dead_letters(console: Console, app: Application, settings: DemoSettings) -> None:
+    """What `siding dlq list` shows: the same Spark job, on the demo's running session."""
+    from siding.dlq.filters import build_filter
+    from siding.dlq.list import list_letters
+    from siding.dlq.read import open_scope
+    from siding.dlq.render import letters_table
+
+    if app.spark is None:
+        return
+    console.print(f"$ siding dlq list --route {ROUTE} --limit {settings.dead_letters_shown}")
+    scope = open_scope(app.config, ROUTE)
+    chosen = build_filter(since=None, until=None, reason=None, key=None, now_ms=0)
+    rows = list_letters(app.spark, scope, chosen, settings.dead_letters_shown)
+    console.print(letters_table(rows, f"{len(rows)} dead letter(s) of route {ROUTE}"))

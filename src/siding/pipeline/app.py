@@ -52,6 +52,7 @@ class Application:
     spark: SparkSession | None = None
     _own_session: bool = False
     _listener: Any = None
+    _producers: list[DurableProducer] = field(default_factory=list)
 
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
@@ -74,6 +75,7 @@ class Application:
             parking = KeyParking(naming.state_topic(route.name, "keys"))
             parking.restore(read_to_end(client_conf, parking.topic))
             state_producer = DurableProducer(client_conf)
+            self._producers.append(state_producer)
             topics = (route.topic, *naming.route_lane_topics(route))
             for lane, topic in enumerate(topics):
                 name = naming.query_name(route.name, lane)
@@ -188,10 +190,13 @@ class Application:
         try:
             if spark is not None and self._listener is not None:
                 spark.streams.removeListener(self._listener)
+                self._listener.release()
             if spark is not None and self._own_session:
                 spark.stop()
         except Exception as exc:
             log.warning("stopping Spark: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        for producer in self._producers:
+            producer.close()
 
 
 def _short(text: str) -> str:

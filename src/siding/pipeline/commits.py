@@ -37,6 +37,7 @@ def make_listener(
 
     lock = threading.Lock()
     last: dict[str, dict[int, int]] = {}
+    clients = [admin]  # emptied by ``release()``: py4j keeps listeners alive past removeListener
 
     class GroupCommitListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
@@ -53,9 +54,9 @@ def make_listener(
                 for source in progress.sources:
                     offsets = end_offsets(source.endOffset, target.topic)
                     with lock:
-                        if not offsets or last.get(name) == offsets:
+                        if not offsets or last.get(name) == offsets or not clients:
                             continue
-                        commit_offsets(admin, target.group, target.topic, offsets)
+                        commit_offsets(clients[0], target.group, target.topic, offsets)
                         last[name] = offsets
             except Exception:  # a listener must never kill the query; the next batch retries
                 log.exception("committing offsets of %s to group %s failed", name, target.group)
@@ -65,5 +66,9 @@ def make_listener(
 
         def onQueryTerminated(self, event: Any) -> None:
             pass
+
+        def release(self) -> None:
+            with lock:
+                clients.clear()
 
     return GroupCommitListener()

@@ -37,8 +37,20 @@ class DurableProducer:
     """Writes records and ``flush``es them; any record Kafka did not acknowledge fails the batch."""
 
     def __init__(self, client_conf: Mapping[str, object]) -> None:
-        self._producer = Producer(durable_producer_conf(client_conf))
+        self._producer: Producer | None = Producer(durable_producer_conf(client_conf))
         self._errors: list[str] = []
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            raise DurableWriteError("the producer is closed")
+        return self._producer
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush what is left and let the client go (its threads stop with it)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(timeout_s)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -50,7 +62,7 @@ class DurableProducer:
         for record in records:
             while True:
                 try:
-                    self._producer.produce(
+                    self.producer.produce(
                         record.topic,
                         key=record.key,
                         value=record.value,
@@ -59,8 +71,8 @@ class DurableProducer:
                     )
                     break
                 except BufferError:
-                    self._producer.poll(0.1)
-        remaining = self._producer.flush(timeout_s)
+                    self.producer.poll(0.1)
+        remaining = self.producer.flush(timeout_s)
         if remaining:
             raise DurableWriteError(f"{remaining} record(s) not acknowledged within {timeout_s:g}s")
         if self._errors:
