@@ -19,10 +19,28 @@ def test_starts_at_the_configured_max() -> None:
     assert initial_limit(100, ON).current == 100
 
 
-@pytest.mark.parametrize("kind", [OutcomeKind.RETRY, OutcomeKind.BACKOFF])
-def test_failure_signals_cut_multiplicatively(kind: OutcomeKind) -> None:
-    state = update(initial_limit(100, ON), kind, 0.01, now=10.0, settings=ON)
+def test_backoff_cuts_multiplicatively() -> None:
+    state = update(initial_limit(100, ON), OutcomeKind.BACKOFF, 0.01, now=10.0, settings=ON)
     assert state.current == 50
+
+
+def test_retries_cut_once_they_are_a_large_share_of_answers() -> None:
+    state = initial_limit(100, ON)
+    for i in range(30):
+        state = update(state, OutcomeKind.RETRY, 0.01, now=10.0 + i, settings=ON)
+    assert state.current < 100
+
+
+def test_a_few_slow_messages_do_not_shrink_the_window() -> None:
+    # Given 10 % of messages timing out (slow messages, the retry lanes' business)
+    state = initial_limit(100, ON)
+    for i in range(1000):
+        kind = OutcomeKind.RETRY if i % 10 == 0 else OutcomeKind.ACK
+        state = update(
+            state, kind, 1.0 if kind is OutcomeKind.RETRY else 0.01, now=i / 100, settings=ON
+        )
+    # Then the window stays open
+    assert state.current == 100
 
 
 def test_one_cut_per_smoothed_latency_for_a_burst_of_failures() -> None:

@@ -88,7 +88,7 @@ def route_table(endpoint: str) -> dict[str, object]:
 
 def demo_config(bootstrap: str, endpoint: str, checkpoint_dir: str) -> SidingConfig:
     text = config_text(
-        bootstrap, route_table(endpoint), checkpoint_dir=checkpoint_dir, master="local[2]"
+        bootstrap, route_table(endpoint), checkpoint_dir=checkpoint_dir, master="local[*]"
     )
     config = parse_config(text)
     # The demo serves its own control API, on any free port.
@@ -219,7 +219,10 @@ def _start(console: Console, cleanup: ExitStack) -> _Parts:
     control = ControlServer(address, metrics, lambda: application_health(app))
     cleanup.callback(control.stop)
     control.start()
-    step(console, "starting the pipeline (Spark local[2], one streaming query per lane)")
+    step(
+        console,
+        "starting the pipeline (Spark local[*]: one streaming query and task slot per lane)",
+    )
     app.start()
     step(console, f"  control API on {control.url}/status (also /health, /metrics)")
     failure: list[BaseException] = []

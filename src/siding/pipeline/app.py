@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from siding.kafka.reader import read_to_end
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.keystate import KeyParking
-from siding.pipeline.session import build_session
+from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.source import source_options, starting_offsets
 from siding.routing.producer import DurableProducer
 
@@ -58,20 +59,22 @@ class Application:
         """Create topics, restore state and start every query. A SparkSession passed in as
         ``spark`` is used (and left running on ``stop``); otherwise one is built from the config."""
         config = self.config
+        client_conf = config.kafka.client_config()
+        admin = admin_client({k: str(v) for k, v in client_conf.items()})
+        partitions_of = {route.name: self._prepare_topics(admin, route) for route in config.route}
         if self.spark is None:
+            slots = sum(task_slots(r, partitions_of[r.name]) for r in config.route)
             self.spark = build_session(
-                config.spark.master,
+                effective_master(config.spark.master, slots, os.cpu_count() or 1),
                 app_name=config.spark.app_name,
                 extra=config.spark.conf_values(),
             )
             self._own_session = True
-        client_conf = config.kafka.client_config()
-        admin = admin_client({k: str(v) for k, v in client_conf.items()})
         targets: dict[str, CommitTarget] = {}  # filled below; the listener reads it live
         self._listener = make_listener(admin, targets, self.on_progress)
         self.spark.streams.addListener(self._listener)
         for route in config.route:
-            partitions = self._prepare_topics(admin, route)
+            partitions = partitions_of[route.name]
             parking = KeyParking(naming.state_topic(route.name, "keys"))
             parking.restore(read_to_end(client_conf, parking.topic))
             state_producer = DurableProducer(client_conf)

@@ -8,12 +8,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from siding.config import RouteConfig
 from siding.jvm import spark_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _LOG4J2 = Path(__file__).with_name("log4j2.properties")
+MAX_LOCAL_SLOTS = 64
+
+
+def task_slots(route: RouteConfig, partitions: int) -> int:
+    """Task slots one route keeps busy at once: the main lane's tasks plus one set per lane."""
+    main = max(partitions, route.min_partitions)
+    return main + len(route.lanes) * partitions
+
+
+def effective_master(master: str, slots_needed: int, cores: int) -> str:
+    """``local[*]`` means "enough task slots for every lane at once, at least one per core".
+
+    Delivery tasks wait on the network, not the CPU: if the main lane's tasks had to wait for a
+    slot held by a retry lane's slow deliveries, the lanes would hold up the main line.
+    """
+    if master != "local[*]":
+        return master
+    return f"local[{max(cores, min(slots_needed, MAX_LOCAL_SLOTS))}]"
 
 
 def session_conf(
