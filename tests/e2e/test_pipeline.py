@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from confluent_kafka import Producer
 
 from siding import naming
 from siding.devkit.broker import EmbeddedKafka
@@ -343,3 +344,34 @@ def test_webhook_route_delivers(
         run.wait_committed({0: count})
         wait_until(run.dead_letters, what="dead letters", check=run.check)
     assert {r.delivery_id for r in read_records(received_file)} == _ids(topic, count)
+
+
+def test_a_garbled_record_in_a_retry_lane_is_dead_lettered_not_fatal(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    sim_consumer: SimFactory,
+) -> None:
+    # Given a running route
+    topic = topic_name("garbled")
+    produce(kafka.bootstrap, topic, 10)
+    sim, _ = sim_consumer()
+    route = _route(topic, f"grpc://{sim.target}", lanes=[{"delay": "200ms"}])
+    with _run(kafka, spark, tmp_path, route) as run:
+        run.wait_committed({0: 10})
+        # When something that is not siding's writes a record into its retry lane
+        lane_topic = naming.lane_topic(run.route.name, 1)
+        producer = Producer({"bootstrap.servers": kafka.bootstrap})
+        producer.produce(lane_topic, key=b"k", value=b"\xff\x00not ours", headers=[("x", b"1")])
+        assert producer.flush(10) == 0
+        # Then it is dead-lettered with a reason, and the route keeps running
+        letters = wait_until(
+            run.dead_letters, what="the garbled record in the DLQ", check=run.check
+        )
+        wait_until(lambda: run.committed(lane_topic).get(0, 0) >= 1, what="lane 1 committed")
+        assert run.error is None
+    assert len(letters) == 1
+    assert letters[0].value == b"\xff\x00not ours"
+    assert letters[0].story is not None
+    assert "without siding headers" in letters[0].story.reason

@@ -171,7 +171,8 @@ class Application:
         while not self.stop_event.wait(poll_s):
             for query in self.queries:
                 try:
-                    active, error = query.isActive, None if query.isActive else query.exception()
+                    active = query.isActive
+                    error = None if active else query.exception()
                 except Exception as exc:  # the JVM went away (it got the signal too)
                     if self.stop_event.is_set():
                         return

@@ -31,10 +31,12 @@ log = logging.getLogger(__name__)
 # Errors that mean "stop the route", not "try the batch again".
 _FATAL_MARKERS = ("DlqFloodError", "EndpointGoneError")
 
+# try_*: a lane record without (or with a garbled) not-before header must not fail the batch;
+# it is dead-lettered with a reason by the task instead.
 NOT_BEFORE_EXPR = (
-    "max(cast(decode(filter(headers, h -> h.key = '"
+    "max(try_cast(decode(try_element_at(filter(headers, h -> h.key = '"
     + story.NOT_BEFORE
-    + "')[0].value, 'UTF-8') as long)) AS nb"
+    + "'), 1).value, 'UTF-8') as long)) AS nb"
 )
 
 
