@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from siding.model import Delivery, OutcomeKind
 from siding.transport.http import HttpTransport
+from siding.transport.tls import ClientTls
 
 DELIVERY = Delivery(id="t/0/1", topic="t", partition=0, offset=1, key=None, value=b"v")
 
@@ -88,3 +89,53 @@ async def test_verification_is_off_only_when_asked_for(https_url: str) -> None:
         await sender.close()
 
     assert outcome.kind is OutcomeKind.ACK
+
+
+async def test_an_inline_ca_from_the_config_is_trusted(
+    https_url: str, certificate: tuple[Path, Path]
+) -> None:
+    sender = HttpTransport(https_url, client_tls=ClientTls(ca_pem=certificate[0].read_bytes()))
+    try:
+        outcome = await sender.send(DELIVERY, 5.0)
+    finally:
+        await sender.close()
+
+    assert outcome.kind is OutcomeKind.ACK
+
+
+@pytest.fixture
+async def mutual_tls_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
+    """An endpoint that only talks to clients presenting a certificate it trusts."""
+    cert, key = certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cert)
+
+    async def hook(_request: web.Request) -> web.StreamResponse:
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = TestServer(app)
+    await server.start_server(ssl=context)
+    try:
+        yield str(server.make_url("/hook"))
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize("with_client_cert", [False, True])
+async def test_mutual_tls_needs_the_client_certificate(
+    mutual_tls_url: str, certificate: tuple[Path, Path], with_client_cert: bool
+) -> None:
+    cert, key = (p.read_bytes() for p in certificate)
+    material = ClientTls(cert, cert, key) if with_client_cert else ClientTls(ca_pem=cert)
+    sender = HttpTransport(mutual_tls_url, client_tls=material)
+    try:
+        outcome = await sender.send(DELIVERY, 5.0)
+    finally:
+        await sender.close()
+
+    expected = OutcomeKind.ACK if with_client_cert else OutcomeKind.BACKOFF
+    assert outcome.kind is expected, outcome.reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from siding.config import Endpoint, RouteConfig
 from siding.transport.base import Transport
+from siding.transport.tls import ClientTls
 
 
 def _secret(value: object) -> str | None:
@@ -11,16 +12,29 @@ def _secret(value: object) -> str | None:
     return str(getter()) if getter is not None else None
 
 
+def _pem(value: object) -> bytes | None:
+    text = _secret(value)
+    return text.encode() if text else None
+
+
+def client_tls(route: RouteConfig) -> ClientTls | None:
+    """The route's CA and client certificate (the config loader already read the files)."""
+    auth = route.auth
+    material = ClientTls(_pem(auth.ca_pem), _pem(auth.cert_pem), _pem(auth.key_pem))
+    return material if material != ClientTls() else None
+
+
 def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> Transport:
     """A new transport for one endpoint; the caller owns it (reuse it, close it)."""
     auth = route.auth
     token = _secret(auth.token)
+    tls = client_tls(route) if endpoint.tls else None
     if endpoint.is_grpc:
         from siding.transport.grpc_stream import GrpcStreamTransport
         from siding.transport.grpc_unary import GrpcUnaryTransport
 
         kind = GrpcStreamTransport if route.transport == "stream" else GrpcUnaryTransport
-        return kind(endpoint.grpc_target, tls=endpoint.tls, ca_file=auth.ca_file, token=token)
+        return kind(endpoint.grpc_target, tls=endpoint.tls, token=token, client_tls=tls)
     from siding.transport.http import HttpTransport
 
     return HttpTransport(
@@ -29,5 +43,5 @@ def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int)
         bearer_token=token,
         source=f"kafka://{route.topic}",
         max_connections=max_connections,
-        ca_file=auth.ca_file,
+        client_tls=tls,
     )

@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from siding.errors import ConfigError
 from siding.model import Delivery, Result, Verdict
+from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2
 
 ChannelOption = tuple[str, int | str]
@@ -118,6 +119,7 @@ class ChannelSpec:
     tls: bool = False
     ca_file: str | None = None
     options: tuple[ChannelOption, ...] = ()
+    client_tls: ClientTls | None = None
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -130,13 +132,18 @@ class ChannelSpec:
         options = merge_options(DEFAULT_CHANNEL_OPTIONS, self.options)
         if not self.tls:
             return grpc.aio.insecure_channel(self.target, options=options)
-        root = None
+        material = self.client_tls or ClientTls()
+        root = material.ca_pem
         if self.ca_file is not None:
             try:
                 root = Path(self.ca_file).read_bytes()
             except OSError as exc:
                 raise ConfigError("ca_file", f"cannot read {self.ca_file}: {exc}") from exc
-        credentials = grpc.ssl_channel_credentials(root_certificates=root)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=root,
+            private_key=material.key_pem,
+            certificate_chain=material.cert_pem,
+        )
         return grpc.aio.secure_channel(self.target, credentials, options=options)
 
 

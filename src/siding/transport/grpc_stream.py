@@ -26,6 +26,7 @@ from siding.transport.outcomes import (
     outcome_from_grpc,
     outcome_from_timeout,
 )
+from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -148,11 +149,12 @@ class GrpcStreamTransport:
         *,
         tls: bool = False,
         ca_file: str | None = None,
+        client_tls: ClientTls | None = None,
         token: str | None = None,
         options: tuple[ChannelOption, ...] = (),
         probe_timeout_s: float = 2.0,
     ) -> None:
-        self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options))
+        self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options, client_tls))
         self._metadata = call_metadata(token)
         self._probe_timeout_s = probe_timeout_s
         self._stream: _Stream | None = None

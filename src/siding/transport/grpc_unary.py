@@ -18,6 +18,7 @@ from siding.transport.grpc_common import (
     result_from_proto,
 )
 from siding.transport.outcomes import outcome_from_grpc, outcome_from_timeout
+from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2_grpc
 
 _CLOCK_SLACK_S = 0.001
@@ -36,11 +37,12 @@ class GrpcUnaryTransport:
         *,
         tls: bool = False,
         ca_file: str | None = None,
+        client_tls: ClientTls | None = None,
         token: str | None = None,
         options: tuple[ChannelOption, ...] = (),
         probe_timeout_s: float = 2.0,
     ) -> None:
-        self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options))
+        self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options, client_tls))
         self._metadata = call_metadata(token)
         self._probe_timeout_s = probe_timeout_s
         self._stub: consumer_pb2_grpc.ConsumerAsyncStub | None = None

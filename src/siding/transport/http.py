@@ -26,6 +26,7 @@ from siding.transport.outcomes import (
     outcome_from_lost_connection,
     outcome_from_timeout,
 )
+from siding.transport.tls import ClientTls
 
 DEFAULT_SOURCE = "kafka://{topic}"
 DEFAULT_EVENT_TYPE = "dev.siding.delivery"
@@ -182,6 +183,7 @@ class HttpTransport:
         probe_timeout_s: float = 5.0,
         ca_file: str | None = None,
         insecure: bool = False,
+        client_tls: ClientTls | None = None,
     ) -> None:
         self._url = _endpoint(url)
         if secret is not None:
@@ -203,7 +205,7 @@ class HttpTransport:
         self._max_response_bytes = max_response_bytes
         self._connect_timeout_s = connect_timeout_s
         self._probe_timeout_s = probe_timeout_s
-        self._ssl = _ssl_setting(ca_file, insecure)
+        self._ssl = _ssl_setting(ca_file, insecure, client_tls)
         self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.dropped_headers = 0
@@ -238,11 +240,10 @@ class HttpTransport:
             return outcome_from_timeout(deadline_s)
         except aiohttp.ClientConnectorError as error:
             return outcome_from_connection_error(error)  # refused or TLS failed: not delivered
-        except (
-            aiohttp.ServerDisconnectedError,
-            aiohttp.ClientPayloadError,
-            aiohttp.ClientOSError,
-        ) as error:
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as error:
+            # The peer closed after reading the request (a process that died on it closes
+            # cleanly). A reset (ClientOSError) is left to the generic BACKOFF below: TLS 1.3
+            # refuses a missing client certificate that way, after the request went out.
             return outcome_from_lost_connection(error)
         except aiohttp.ClientError as error:
             # Refused, reset, TLS failure, or an answer that is not HTTP.
@@ -353,7 +354,11 @@ def _is_token(token: str) -> bool:
     return bool(token) and token.isascii() and token.isprintable() and " " not in token
 
 
-def _ssl_setting(ca_file: str | None, insecure: bool) -> ssl.SSLContext | bool:
+def _ssl_setting(
+    ca_file: str | None, insecure: bool, client_tls: ClientTls | None = None
+) -> ssl.SSLContext | bool:
+    if client_tls is not None and ca_file is None and not insecure:
+        return client_tls.ssl_context()
     if insecure and ca_file is not None:
         raise ConfigError("ca_file", "ca_file and insecure=True contradict each other")
     if insecure:
