@@ -83,7 +83,9 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
     if not missing:
         return
     futures = admin.create_topics(
-        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in missing],
+        # replication_factor=-1: the broker's default.replication.factor, so lane, DLQ and state
+        # records are as durable as the cluster is configured to make them.
+        [NewTopic(s.name, s.partitions, -1, config=dict(s.config)) for s in missing],
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from siding.kafka.admin import KafkaAdminError, with_retries
 
@@ -63,11 +63,19 @@ def read_records(
         }
     )
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
-            raise KafkaAdminError(f"topic {topic} does not exist")
+
+        def partitions() -> list[int]:
+            found = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if found is None or (
+                found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            ):
+                raise KafkaAdminError(f"topic {topic} does not exist")
+            if found.error is not None:  # e.g. LEADER_NOT_AVAILABLE right after creation
+                raise KafkaException(found.error)
+            return [int(p) for p in found.partitions]
+
         ends: dict[int, int] = {}
-        for p in metadata.topics[topic].partitions:
+        for p in with_retries(partitions):
             low, high = watermarks(consumer, topic, p)
             if high > low:
                 ends[p] = high

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding.config import RouteConfig
-from siding.errors import SidingError
+from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.plan import build_plan
 from siding.pipeline.rows import SELECT_EXPR
 from siding.pipeline.task import TaskResult, deliver_partition
 from siding.routing import story
-from siding.routing.producer import DurableProducer
+from siding.routing.producer import DurableProducer, OutRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -76,10 +76,24 @@ class LaneBatchHandler:
             )
         results = self._run_with_retries(rows, batch_id)
         events = [event for result in results for event in result.park_events]
-        state = self.parking.apply(events)
-        if state:
-            self.state_producer.write(state)
+        with self.parking.write_lock:
+            state = self.parking.apply(events)
+            if state:
+                self._write_state(state, batch_id)
         self.sink.on_result(self.route.name, self.lane, results, time.monotonic() - started)
+
+    def _write_state(self, state: list[OutRecord], batch_id: int) -> None:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                self.state_producer.write(state)
+                return
+            except DurableWriteError as exc:
+                if attempt == self.attempts or self.stop.is_set():
+                    raise BatchFailed(
+                        f"route {self.route.name} lane {self.lane} batch {batch_id}:"
+                        f" key state not written: {exc}"
+                    ) from exc
+                self.stop.wait(min(30.0, 2.0**attempt))
 
     def _run_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
         for attempt in range(1, self.attempts + 1):
@@ -124,7 +138,10 @@ class LaneBatchHandler:
         not_before_ms = row["nb"]
         if not_before_ms is None:
             return
-        wait_s = not_before_ms / 1000 - time.time()
+        # Never longer than the lane's own delay: records due later (a long Retry-After) are put
+        # back into the lane by the task instead of holding everything behind them.
+        delay_s = self.route.lanes_as_model()[self.lane - 1].delay_s
+        wait_s = min(not_before_ms / 1000 - time.time(), delay_s)
         if wait_s > 0:
             self.stop.wait(wait_s)
 

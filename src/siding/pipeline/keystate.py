@@ -54,6 +54,9 @@ def decode_value(data: bytes | None) -> dict[int, ParkedRecord]:
     return {int(o): ParkedRecord(int(o), int(lane), int(nb)) for o, lane, nb in json.loads(data)}
 
 
+MAX_EARLY_RELEASES = 100_000
+
+
 class KeyParking:
     """Thread-safe: the main lane's and the retry lanes' batches run on different driver threads."""
 
@@ -61,6 +64,12 @@ class KeyParking:
         self.topic = topic
         self._lock = threading.Lock()
         self._parked: dict[OrderKey, dict[int, ParkedRecord]] = {}
+        # A retry lane can finish a record before the main-lane batch that parked it has ended
+        # (its events arrive at batch end): remember such early releases so the late park
+        # event does not park a record that is already done.
+        self._released_early: dict[tuple[OrderKey, int], None] = {}
+        # Serialises apply + write, so the compacted topic ends on the latest state.
+        self.write_lock = threading.Lock()
 
     def snapshot(self) -> dict[OrderKey, tuple[ParkedRecord, ...]]:
         with self._lock:
@@ -75,9 +84,14 @@ class KeyParking:
         with self._lock:
             for event in events:
                 records = self._parked.setdefault(event.key, {})
+                early = (event.key, event.offset)
                 if event.lane is None:
                     if records.pop(event.offset, None) is None:
+                        self._remember_early(early)
                         continue
+                elif early in self._released_early:
+                    del self._released_early[early]
+                    continue
                 else:
                     records[event.offset] = ParkedRecord(
                         event.offset, event.lane, event.not_before_ms
@@ -90,6 +104,11 @@ class KeyParking:
                 if not records:
                     self._parked.pop(key, None)
             return out
+
+    def _remember_early(self, early: tuple[OrderKey, int]) -> None:
+        self._released_early[early] = None
+        while len(self._released_early) > MAX_EARLY_RELEASES:
+            del self._released_early[next(iter(self._released_early))]
 
     def restore(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Rebuild from the compacted topic, read from the beginning (later records win)."""

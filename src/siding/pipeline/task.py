@@ -25,7 +25,9 @@ from siding.pipeline.rows import Incoming, incoming
 from siding.pipeline.worker import runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.producer import OutRecord
-from siding.routing.records import dlq_record, lane_record
+from siding.routing.records import dlq_record, lane_record, requeue_record
+
+_DUE_SLACK_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -94,18 +96,34 @@ def _malformed(items: Sequence[Incoming]) -> list[Settled]:
     return [Settled(Work(i.delivery), ToDlq(i.malformed)) for i in items if i.malformed]
 
 
+def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Incoming]:
+    """Lane records due later than the lane's own delay from now (a consumer's long
+    Retry-After): they go back to the lane instead of holding this batch and the ones after it."""
+    if plan.lane == 0:
+        return []
+    horizon = now_ms + int(plan.settings.lanes[plan.lane - 1].delay_s * 1000) + _DUE_SLACK_MS
+    return [i for i in items if not i.malformed and i.not_before_ms > horizon]
+
+
 def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
     items = incoming(rows, plan.lane)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
-    work = [Work(i.delivery, i.not_before_ms) for i in items if not i.malformed]
+    later = not_due(plan, items, int(time.time() * 1000))
+    later_ids = {i.delivery.id for i in later}
+    work = [
+        Work(i.delivery, i.not_before_ms)
+        for i in items
+        if not i.malformed and i.delivery.id not in later_ids
+    ]
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     rt = runtime()
     endpoints = plan.route.endpoint
     endpoint = endpoints[partition_id % len(endpoints)]
+    # The pool is sized for the whole route: the transport outlives this batch's task count.
     transport, breaker = rt.endpoint(
-        plan.route, endpoint, plan.settings.breaker, plan.settings.max_in_flight
+        plan.route, endpoint, plan.settings.breaker, plan.route.max_in_flight
     )
     report = rt.loop.run_until_complete(
         dispatch(transport, work, plan.settings, parked=plan.parked, breaker=breaker)
@@ -120,6 +138,16 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             f" First reason: {dead[0].step.reason if isinstance(dead[0].step, ToDlq) else ''}"
         )
     out = _route_out(plan, settled, hops, int(time.time() * 1000))
+    out += [
+        requeue_record(
+            i.delivery,
+            not_before_ms=i.not_before_ms,
+            hops=i.hops,
+            route=route.name,
+            lane_topic=plan.lane_topic,
+        )
+        for i in later
+    ]
     if out:
         rt.producer(plan.client_conf).write(out)
     if os.environ.get("SIDING_TRACE_TASKS"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -37,8 +37,8 @@ class DurableProducer:
     """Writes records and ``flush``es them; any record Kafka did not acknowledge fails the batch."""
 
     def __init__(self, client_conf: Mapping[str, object]) -> None:
-        self._producer: Producer | None = Producer(durable_producer_conf(client_conf))
-        self._errors: list[str] = []
+        self._conf = durable_producer_conf(client_conf)
+        self._producer: Producer | None = Producer(self._conf)
 
     @property
     def producer(self) -> Producer:
@@ -52,13 +52,33 @@ class DurableProducer:
         if producer is not None:
             producer.flush(timeout_s)
 
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._errors.append(f"{message.topic()}: {error.str()}")
-
     def write(self, records: Sequence[OutRecord], timeout_s: float = 60.0) -> None:
-        """Produce every record and wait until Kafka acknowledged all of them, or raise."""
-        self._errors.clear()
+        """Produce every record and wait until Kafka acknowledged all of them, or raise.
+
+        After a failed write the client is replaced: an idempotent producer can be left in a
+        fatal state (e.g. out-of-order sequence) that no later write would get out of."""
+        errors: list[str] = []  # per call: writes from several threads never mix their errors
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                errors.append(f"{message.topic()}: {error.str()}")
+
+        try:
+            self._write(records, on_delivery, timeout_s)
+        except DurableWriteError:
+            self._replace()
+            raise
+        if errors:
+            self._replace()
+            shown = "; ".join(errors[:3])
+            raise DurableWriteError(f"{len(errors)} record(s) not written: {shown}")
+
+    def _write(
+        self,
+        records: Sequence[OutRecord],
+        on_delivery: Callable[[KafkaError | None, Message], None],
+        timeout_s: float,
+    ) -> None:
         for record in records:
             while True:
                 try:
@@ -67,7 +87,7 @@ class DurableProducer:
                         key=record.key,
                         value=record.value,
                         headers=list(record.headers),
-                        on_delivery=self._on_delivery,
+                        on_delivery=on_delivery,
                     )
                     break
                 except BufferError:
@@ -75,6 +95,9 @@ class DurableProducer:
         remaining = self.producer.flush(timeout_s)
         if remaining:
             raise DurableWriteError(f"{remaining} record(s) not acknowledged within {timeout_s:g}s")
-        if self._errors:
-            shown = "; ".join(self._errors[:3])
-            raise DurableWriteError(f"{len(self._errors)} record(s) not written: {shown}")
+
+    def _replace(self) -> None:
+        old, self._producer = self._producer, Producer(self._conf)
+        if old is not None:
+            old.purge()
+            old.flush(0)

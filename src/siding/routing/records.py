@@ -71,3 +71,29 @@ def dlq_record(
     return OutRecord(
         dlq_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
     )
+
+
+def requeue_record(
+    delivery: Delivery,
+    *,
+    not_before_ms: int,
+    hops: tuple[LaneHop, ...],
+    route: str,
+    lane_topic: Callable[[int], str],
+) -> OutRecord:
+    """The same lane record again, story unchanged: it is not due yet (a long Retry-After)."""
+    told = story.StoryHeaders(
+        origin=origin_of(delivery),
+        attempt=delivery.attempt,
+        lane=delivery.lane,
+        not_before_ms=not_before_ms,
+        hops=hops,
+        reason=hops[-1].reason if hops else "",
+        route=route,
+    )
+    return OutRecord(
+        lane_topic(delivery.lane),
+        delivery.key,
+        delivery.value,
+        (*delivery.headers, *story.encode(told)),
+    )

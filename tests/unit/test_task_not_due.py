@@ -1,0 +1,34 @@
+"""A retry lane puts back records whose Retry-After is further away than its own delay."""
+
+from __future__ import annotations
+
+from siding.config import parse_config
+from siding.model import Delivery
+from siding.pipeline.plan import build_plan
+from siding.pipeline.rows import Incoming
+from siding.pipeline.task import not_due
+
+CONFIG = """
+[kafka]
+bootstrap = "127.0.0.1:9092"
+[[route]]
+topic = "t"
+group = "g"
+endpoint = "grpc://127.0.0.1:50051"
+lanes = [{ delay = "10s" }]
+"""
+
+
+def _item(offset: int, not_before_ms: int) -> Incoming:
+    delivery = Delivery(f"t/0/{offset}", "t", 0, offset, None, b"v", attempt=2, lane=1)
+    return Incoming(delivery, not_before_ms=not_before_ms)
+
+
+def test_only_records_due_after_the_lanes_delay_are_put_back() -> None:
+    route = parse_config(CONFIG).route[0]
+    now = 1_000_000
+    items = [_item(1, now + 5_000), _item(2, now + 11_000), _item(3, now + 600_000)]
+    lane = build_plan(route, 1, {}, tasks=1, parked={})
+    assert [i.delivery.offset for i in not_due(lane, items, now)] == [3]
+    main = build_plan(route, 0, {}, tasks=1, parked={})
+    assert not_due(main, items, now) == []
