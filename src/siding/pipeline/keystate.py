@@ -83,17 +83,16 @@ class KeyParking:
         changed: set[OrderKey] = set()
         with self._lock:
             for event in events:
-                records = self._parked.setdefault(event.key, {})
                 early = (event.key, event.offset)
                 if event.lane is None:
-                    if records.pop(event.offset, None) is None:
+                    if self._parked.get(event.key, {}).pop(event.offset, None) is None:
                         self._remember_early(early)
                         continue
                 elif early in self._released_early:
                     del self._released_early[early]
                     continue
                 else:
-                    records[event.offset] = ParkedRecord(
+                    self._parked.setdefault(event.key, {})[event.offset] = ParkedRecord(
                         event.offset, event.lane, event.not_before_ms
                     )
                 changed.add(event.key)
