@@ -73,9 +73,12 @@ class OutcomeKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """``no_answer``: the endpoint said nothing within the deadline (a timeout)."""
+
     kind: OutcomeKind
     reason: str = ""
     retry_after_s: float | None = None
+    no_answer: bool = False
 
     @property
     def is_failure_signal(self) -> bool:

@@ -17,8 +17,8 @@ from siding.dispatch import (
     Work,
     dispatch,
 )
-from siding.model import Delivery, Lane, OutcomeKind, delivery_id
-from siding.policy import Done
+from siding.model import Delivery, Lane, Outcome, OutcomeKind, delivery_id
+from siding.policy import Done, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
@@ -115,3 +115,25 @@ async def test_two_dispatches_share_one_breaker_and_one_prober() -> None:
     assert all(len(r.done) == 30 for r in reports)
     # one probe closed the breaker for both
     assert transport.probes == 1
+
+
+async def test_one_message_told_to_back_off_while_others_are_served_moves_to_a_lane() -> None:
+    # Given an endpoint that serves everyone but keeps answering "back off" for one message
+    stuck = items(1)[0].delivery.id
+
+    def answer(delivery: Delivery, _nth: int) -> Outcome:
+        if delivery.id == stuck:
+            return Outcome(OutcomeKind.BACKOFF, "http 503")
+        return Outcome(OutcomeKind.ACK)
+
+    transport = ScriptedTransport(answer, latency_s=0.002)
+    settings = DispatchSettings(max_in_flight=20, deadline_s=0.2, lanes=LANES, breaker=FAST_BREAKER)
+    # When the slice keeps flowing past it (others answered between its back-offs)
+    work = items(400)
+    report = await asyncio.wait_for(dispatch(transport, work, settings, rand=lambda: 0.0), 10)
+    # Then it did not hold the batch forever: it went to the retry lane, everything else is done
+    steps = {s.work.delivery.id: s.step for s in report.settled}
+    step = steps[stuck]
+    assert isinstance(step, ToLane)
+    assert "back off" in step.reason
+    assert all(isinstance(step, Done) for i, step in steps.items() if i != stuck)

@@ -22,7 +22,7 @@ from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import StatsRecorder
 from siding.dispatch.work import DispatchReport, FinalStep, Settled, Work
 from siding.errors import EndpointGoneError
-from siding.model import Outcome
+from siding.model import Outcome, OutcomeKind
 from siding.policy import Backoff, Stop, ToLane, next_step
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
@@ -95,6 +95,9 @@ class _Window:
         self._due: list[tuple[int, int, int]] = []
         self._seq = 0
         self._backoffs: dict[int, int] = {}
+        # When each item was first told "back off", and when the endpoint last really answered.
+        self._backoff_since_ms: dict[int, int] = {}
+        self._last_served_ms = 0
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
@@ -191,6 +194,7 @@ class _Window:
         )
         self._stats.answered(outcome.kind, latency_s)
         now_ms = self._now_ms()
+        outcome = self._singled_out(index, outcome, now_ms)
         consecutive = self._backoffs.get(index, 0) + 1
         step = next_step(
             outcome,
@@ -210,6 +214,27 @@ class _Window:
             return
         self._backoffs.pop(index, None)
         self._settle(index, step)
+
+    def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
+        """A message that has been told "back off" for longer than a deadline while the endpoint
+        went on serving other messages is not a sign of an endpoint that is down: move it to a
+        retry lane, or it would hold its batch, and the partition, forever. With no message
+        served meanwhile (an outage), it keeps waiting behind the breaker."""
+        if outcome.kind is not OutcomeKind.BACKOFF:
+            self._backoff_since_ms.pop(index, None)
+            if not outcome.no_answer:
+                self._last_served_ms = now_ms
+            return outcome
+        since = self._backoff_since_ms.setdefault(index, now_ms)
+        waited_s = (now_ms - since) / 1000
+        if waited_s <= self._settings.deadline_s or self._last_served_ms <= since:
+            return outcome
+        self._backoff_since_ms.pop(index, None)
+        return Outcome(
+            OutcomeKind.RETRY,
+            f"told to back off for {waited_s:.0f}s while the endpoint served other messages:"
+            f" {outcome.reason}",
+        )
 
     def _settle(self, index: int, step: FinalStep) -> None:
         self._steps[index] = step

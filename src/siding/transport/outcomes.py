@@ -96,7 +96,7 @@ def outcome_from_http(
 
 def outcome_from_timeout(deadline_s: float) -> Outcome:
     """No answer within the lane's per-attempt deadline: move on to a retry lane."""
-    return Outcome(OutcomeKind.RETRY, f"deadline of {deadline_s:g}s exceeded")
+    return Outcome(OutcomeKind.RETRY, f"deadline of {deadline_s:g}s exceeded", no_answer=True)
 
 
 def outcome_from_connection_error(error: BaseException) -> Outcome:
