@@ -35,12 +35,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-@pytest.fixture
-async def https_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
-    cert, key = certificate
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-
+async def _serve(context: ssl.SSLContext) -> AsyncIterator[str]:
     async def hook(_request: web.Request) -> web.StreamResponse:
         return web.Response(status=204)
 
@@ -52,6 +47,18 @@ async def https_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
         yield str(server.make_url("/hook"))
     finally:
         await server.close()
+
+
+def _server_context(certificate: tuple[Path, Path]) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*certificate)
+    return context
+
+
+@pytest.fixture
+async def https_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
+    async for url in _serve(_server_context(certificate)):
+        yield url
 
 
 async def test_a_self_signed_certificate_is_refused_by_default(https_url: str) -> None:
@@ -106,23 +113,11 @@ async def test_an_inline_ca_from_the_config_is_trusted(
 @pytest.fixture
 async def mutual_tls_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
     """An endpoint that only talks to clients presenting a certificate it trusts."""
-    cert, key = certificate
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    context = _server_context(certificate)
     context.verify_mode = ssl.CERT_REQUIRED
-    context.load_verify_locations(cert)
-
-    async def hook(_request: web.Request) -> web.StreamResponse:
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    server = TestServer(app)
-    await server.start_server(ssl=context)
-    try:
-        yield str(server.make_url("/hook"))
-    finally:
-        await server.close()
+    context.load_verify_locations(certificate[0])
+    async for url in _serve(context):
+        yield url
 
 
 @pytest.mark.parametrize("with_client_cert", [False, True])
