@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 COUNT = 1000
 
 
-def _produce(bootstrap: str, topic: str, count: int) -> None:
+def _produce(bootstrap: str, topic: str, count: int, partitions: int = 1) -> None:
+    """Create ``topic`` and write ``count`` keyed messages with headers to it."""
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [TopicSpec(topic, partitions)])
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     for i in range(count):
         producer.produce(
@@ -42,6 +44,14 @@ def _kafka_reader(spark: SparkSession, bootstrap: str, topic: str) -> Any:
     )
 
 
+def _batch_reader(spark: SparkSession, bootstrap: str, topic: str) -> Any:
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+    )
+
+
 def test_broker_accepts_clients_and_has_share_groups(kafka: EmbeddedKafka) -> None:
     # Given the embedded broker; when a client asks for metadata; then it answers as one node.
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
@@ -58,8 +68,7 @@ def test_streaming_query_reads_every_key_value_and_header(
 ) -> None:
     # Given 1,000 keyed messages with headers
     topic = topic_name("src")
-    ensure_topics(AdminClient({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic, 2)])
-    _produce(kafka.bootstrap, topic, COUNT)
+    _produce(kafka.bootstrap, topic, COUNT, partitions=2)
     rows: list[tuple[bytes, bytes, dict[str, bytes]]] = []
     lock = threading.Lock()
 
@@ -93,13 +102,10 @@ def test_bounded_batch_read_counts_exact_range(
     kafka: EmbeddedKafka, spark: SparkSession, topic_name: Callable[[str], str]
 ) -> None:
     topic = topic_name("bounded")
-    ensure_topics(AdminClient({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic, 1)])
     _produce(kafka.bootstrap, topic, COUNT)
     # When reading offsets [100, 600) as a batch
     frame = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap)
-        .option("subscribe", topic)
+        _batch_reader(spark, kafka.bootstrap, topic)
         .option("startingOffsets", json.dumps({topic: {"0": 100}}))
         .option("endingOffsets", json.dumps({topic: {"0": 600}}))
         .load()
@@ -113,15 +119,8 @@ def test_min_partitions_splits_one_kafka_partition_into_many_tasks(
     kafka: EmbeddedKafka, spark: SparkSession, topic_name: Callable[[str], str]
 ) -> None:
     topic = topic_name("split")
-    ensure_topics(AdminClient({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic, 1)])
     _produce(kafka.bootstrap, topic, COUNT)
-    frame = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap)
-        .option("subscribe", topic)
-        .option("minPartitions", "4")
-        .load()
-    )
+    frame = _batch_reader(spark, kafka.bootstrap, topic).option("minPartitions", "4").load()
     # One Kafka partition becomes 4 Spark tasks, each with a slice of the offsets
     sizes = frame.rdd.glom().map(len).collect()
     assert len(sizes) == 4
