@@ -2,8 +2,9 @@
 
     siding.<route>.retry-<k>      retry lane k (k >= 1)
     siding.<route>.dlq            the dead-letter queue, unless ``dlq`` overrides it
-    siding.<route>.state-<kind>   compacted state topics (``keys``, ``dlq-fate``, ``audit``, ...)
-    <route>/main, <route>/retry-<k>   checkpoint folders under ``spark.checkpoint_dir``
+    siding.<route>.parked         records whose call outlived its batch (docs/parking.md)
+    siding.<route>.state-<kind>   compacted state topics (``keys``, ``settled``, ``dlq-fate``, ...)
+    <route>/main, <route>/retry-<k>, <route>/parked   checkpoint folders under ``spark.checkpoint_dir``
 
 The final segment says what a topic is and the middle is the route, so two different (route,
 what) pairs never share a name. docs/configuration.md ("Derived names") explains the scheme.
@@ -17,6 +18,23 @@ from siding.config import RouteConfig, is_legal_topic_name, is_safe_route_name
 
 PREFIX = "siding"
 _KIND = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+
+
+PARKED = "parked"
+
+
+def park_topic(route_name: str) -> str:
+    """The topic where a route's parked records wait for their calls to settle them."""
+    return _topic(route_name, PARKED)
+
+
+def park_query_name(route_name: str) -> str:
+    """The streaming query that settles a route's parked records."""
+    return f"{PREFIX}.{_checked(route_name)}.{PARKED}"
+
+
+def park_checkpoint_subdir(route_name: str) -> str:
+    return f"{_checked(route_name)}/{PARKED}"
 
 
 def lane_label(lane: int) -> str:

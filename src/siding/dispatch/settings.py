@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from siding.dispatch.adaptive import AdaptiveSettings
 from siding.dispatch.breaker import BreakerSettings
+from siding.dispatch.parking import ParkSettings
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
 
@@ -13,7 +14,8 @@ from siding.model import Lane, Ordering
 @dataclass(frozen=True, slots=True)
 class DispatchSettings:
     """``deadline_s`` is the per-attempt deadline of ``lane`` (the lane this slice comes from,
-    0 = main); ``rate_limit`` is sends per second for this dispatch, 0 = no limit."""
+    0 = main); ``rate_limit`` is sends per second for this dispatch, 0 = no limit; ``park``
+    says whether calls may outlive the dispatch (unordered only)."""
 
     max_in_flight: int = 100
     deadline_s: float = 30.0
@@ -25,6 +27,7 @@ class DispatchSettings:
     rate_burst: float | None = None
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+    park: ParkSettings = field(default_factory=ParkSettings)
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:

@@ -44,6 +44,7 @@ class DispatchStats:
     sends: int = 0
     outcomes: Mapping[OutcomeKind, int] = field(default_factory=dict)
     followed: int = 0
+    parked: int = 0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     max_in_flight: int = 0
     final_limit: int = 0
@@ -58,6 +59,7 @@ class StatsRecorder:
         self._sends = 0
         self._outcomes: Counter[OutcomeKind] = Counter()
         self._followed = 0
+        self._parked = 0
         self._counts = [0] * (len(LATENCY_BOUNDS_S) + 1)
         self._latency_sum = 0.0
         self._latency_max = 0.0
@@ -78,6 +80,9 @@ class StatsRecorder:
     def followed(self) -> None:
         self._followed += 1
 
+    def parked(self) -> None:
+        self._parked += 1
+
     def breaker_changed(self, transition: BreakerTransition) -> None:
         self._transitions.append(transition)
 
@@ -95,6 +100,7 @@ class StatsRecorder:
             sends=self._sends,
             outcomes=dict(self._outcomes),
             followed=self._followed,
+            parked=self._parked,
             latency=latency,
             max_in_flight=self._max_in_flight,
             final_limit=final_limit,

@@ -10,6 +10,7 @@ import heapq
 import math
 import random
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
@@ -17,12 +18,13 @@ from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.errors import DispatchInterrupted
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, ParkedRecord, Released, follow
+from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import StatsRecorder
-from siding.dispatch.work import DispatchReport, FinalStep, Settled, Work
+from siding.dispatch.work import DispatchReport, FinalStep, Parked, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
-from siding.model import Outcome, OutcomeKind
+from siding.model import Ordering, Outcome, OutcomeKind
 from siding.policy import Backoff, Stop, ToLane, next_step
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
@@ -43,12 +45,16 @@ async def dispatch(
     stop: asyncio.Event | None = None,
     clock: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
+    park_timer: ParkTimer | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
     ``breaker`` should be the one kept for this transport across batches (a fresh one is made
     when omitted). ``parked`` holds, per key, the records already in retry lanes (``key``
     ordering). ``clock`` is epoch seconds (for not-before times), ``rand`` feeds backoff jitter.
+    With ``settings.park`` enabled, calls still running once nothing else is left are handed
+    over in ``DispatchReport.parked`` instead of awaited; ``park_timer`` (kept per endpoint)
+    learns answer latencies and says when.
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -64,6 +70,7 @@ async def dispatch(
         stop=stop,
         clock=clock,
         rand=rand,
+        park_timer=park_timer or ParkTimer(),
     )
     return await window.run()
 
@@ -80,6 +87,7 @@ class _Window:
         stop: asyncio.Event | None,
         clock: Callable[[], float],
         rand: Callable[[], float],
+        park_timer: ParkTimer,
     ) -> None:
         self._transport = transport
         self._work = work
@@ -108,6 +116,12 @@ class _Window:
         self._stats = StatsRecorder()
         self._breaker_wait: asyncio.Task[None] | None = None
         self._breaker_wait_since = 0.0
+        self._park_timer = park_timer
+        self._may_park = settings.park.enabled and settings.ordering is Ordering.UNORDERED
+        # index -> (send, its done-callback, started monotonic, started epoch ms)
+        self._running: dict[int, tuple[asyncio.Task[tuple[Outcome, float]], _Callback, float, int]]
+        self._running = {}
+        self._parked: list[ParkedCall] = []
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -127,7 +141,12 @@ class _Window:
                 self._check_breaker_wait()
                 if not self._unsettled:
                     break
-                await self._sleep(self._launch())
+                wait_s = self._launch()
+                park_in = self._park_in()
+                if park_in is not None and park_in <= 0:
+                    self._park_running()
+                    break
+                await self._sleep(_earliest(wait_s, park_in))
         finally:
             remove_listener()
             await self._cancel_all(stop_watch)
@@ -158,10 +177,39 @@ class _Window:
 
         def answered(done: asyncio.Task[tuple[Outcome, float]]) -> None:
             self._in_flight.discard(done)
+            self._running.pop(index, None)
             self._answers.append((index, done))
             self._wake.set()
 
         task.add_done_callback(answered)
+        self._running[index] = (task, answered, time.monotonic(), self._now_ms())
+
+    def _park_in(self) -> float | None:
+        """Seconds until every call still out may be parked; ``None`` while anything else is
+        left (items not yet sent, answers not yet read) or parking is off."""
+        if not self._may_park or self._due or self._answers:
+            return None
+        if not self._running or len(self._running) != self._unsettled:
+            return None
+        if any(task.done() for task, *_ in self._running.values()):
+            return None
+        after_s = self._park_timer.park_after_s(self._settings.park)
+        youngest = max(started for _, _, started, _ in self._running.values())
+        return youngest + after_s - time.monotonic()
+
+    def _park_running(self) -> None:
+        """End the dispatch now: every call still out keeps running, handed over as parked."""
+        deadline_s = self._settings.deadline_s
+        grace_s = safety_grace_s(deadline_s)
+        for index, (task, answered, _, started_ms) in sorted(self._running.items()):
+            task.remove_done_callback(answered)
+            self._in_flight.discard(task)
+            token = uuid.uuid4().hex
+            step = Parked(token, parked_not_before_ms(started_ms, deadline_s, grace_s))
+            self._parked.append(ParkedCall(self._work[index], token, task))
+            self._stats.parked()
+            self._settle(index, step)
+        self._running.clear()
 
     async def _send(self, index: int) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery
@@ -193,6 +241,8 @@ class _Window:
             self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
         )
         self._stats.answered(outcome.kind, latency_s)
+        if outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer:
+            self._park_timer.observe(latency_s)
         now_ms = self._now_ms()
         outcome = self._singled_out(index, outcome, now_ms)
         consecutive = self._backoffs.get(index, 0) + 1
@@ -309,4 +359,15 @@ class _Window:
                 # A bug in the window, never a property of the data.
                 raise RuntimeError(f"dispatch lost {work.delivery.id}: no step")
             settled.append(Settled(work, step))
-        return DispatchReport(tuple(settled), self._stats.snapshot(self._limit.current))
+        return DispatchReport(
+            tuple(settled), self._stats.snapshot(self._limit.current), tuple(self._parked)
+        )
+
+
+_Callback = Callable[[asyncio.Task[tuple[Outcome, float]]], None]
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from siding.dispatch.stats import DispatchStats
-from siding.model import Delivery
+from siding.model import Delivery, Outcome
 from siding.policy import Done, ToDlq, ToLane
 
-FinalStep = Done | ToLane | ToDlq
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """The step of a record whose call was still running when its batch ended
+    (docs/parking.md): it waits in the park topic under ``token`` until ``not_before_ms``."""
+
+    token: str
+    not_before_ms: int
+
+
+FinalStep = Done | ToLane | ToDlq | Parked
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +37,22 @@ class Settled:
 
 
 @dataclass(frozen=True, slots=True)
+class ParkedCall:
+    """A call the window handed over still running: whoever adopts it settles ``token``."""
+
+    work: Work
+    token: str
+    task: asyncio.Task[tuple[Outcome, float]]
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchReport:
-    """Every input item exactly once, in input order, with its final step."""
+    """Every input item exactly once, in input order, with its final step; ``parked`` holds the
+    running calls of the items whose step is ``Parked``."""
 
     settled: tuple[Settled, ...]
     stats: DispatchStats
+    parked: tuple[ParkedCall, ...] = ()
 
     @property
     def done(self) -> tuple[Settled, ...]:
@@ -39,6 +61,10 @@ class DispatchReport:
     @property
     def to_lane(self) -> tuple[Settled, ...]:
         return tuple(s for s in self.settled if isinstance(s.step, ToLane))
+
+    @property
+    def parked_items(self) -> tuple[Settled, ...]:
+        return tuple(s for s in self.settled if isinstance(s.step, Parked))
 
     @property
     def to_dlq(self) -> tuple[Settled, ...]:

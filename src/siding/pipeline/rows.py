@@ -30,6 +30,7 @@ class Incoming:
     not_before_ms: int = 0
     hops: tuple[LaneHop, ...] = ()
     malformed: str = ""
+    park_token: str = ""
 
 
 def _headers(raw: Sequence[Any] | None) -> list[tuple[str, bytes | None]]:
@@ -90,6 +91,7 @@ def retry_lane_delivery(row: Sequence[Any]) -> Incoming:
         ),
         not_before_ms=told.not_before_ms,
         hops=told.hops,
+        park_token=told.park_token,
     )
 
 

@@ -97,3 +97,29 @@ def requeue_record(
         delivery.value,
         (*delivery.headers, *story.encode(told)),
     )
+
+
+def park_record(
+    delivery: Delivery,
+    *,
+    token: str,
+    not_before_ms: int,
+    hops: tuple[LaneHop, ...],
+    route: str,
+    park_topic: str,
+) -> OutRecord:
+    """The record that stands for a call still running when its batch ended: same attempt and
+    lane, the call's token, and a not-before after which an unsettled call counts as lost."""
+    told = story.StoryHeaders(
+        origin=origin_of(delivery),
+        attempt=delivery.attempt,
+        lane=delivery.lane,
+        not_before_ms=not_before_ms,
+        hops=hops,
+        reason="parked: the call outlived its batch",
+        route=route,
+        park_token=token,
+    )
+    return OutRecord(
+        park_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
+    )

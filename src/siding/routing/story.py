@@ -25,6 +25,7 @@ HOPS = "siding.hops"
 REASON = "siding.reason"
 DIED_AT = "siding.died-at"
 ROUTE = "siding.route"
+PARK_TOKEN = "siding.park-token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,8 @@ class StoryHeaders:
     reason: str = ""
     died_at_ms: int | None = None
     route: str = ""
+    # Set on a parked record: the call it stands for may still settle it (docs/parking.md).
+    park_token: str = ""
 
 
 def user_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
@@ -86,6 +89,8 @@ def encode(story: StoryHeaders) -> Headers:
         fields.append((DIED_AT, str(story.died_at_ms)))
     if story.route:
         fields.append((ROUTE, story.route))
+    if story.park_token:
+        fields.append((PARK_TOKEN, story.park_token))
     return tuple((name, value.encode()) for name, value in fields)
 
 
@@ -117,4 +122,5 @@ def decode(headers: Iterable[tuple[str, bytes | None]] | None) -> StoryHeaders |
         reason=own.get(REASON, ""),
         died_at_ms=int(died) if died else None,
         route=own.get(ROUTE, ""),
+        park_token=own.get(PARK_TOKEN, ""),
     )
