@@ -4,7 +4,7 @@
     siding.<route>.dlq            the dead-letter queue, unless ``dlq`` overrides it
     siding.<route>.parked         records whose call outlived its batch (docs/parking.md)
     siding.<route>.state-<kind>   compacted state topics (``keys``, ``settled``, ``dlq-fate``, ...)
-    <route>/main, <route>/retry-<k>, <route>/parked   checkpoint folders under ``spark.checkpoint_dir``
+    <route>/main, <route>/retry-<k>, <route>/parked   checkpoints (under ``spark.checkpoint_dir``)
 
 The final segment says what a topic is and the middle is the route, so two different (route,
 what) pairs never share a name. docs/configuration.md ("Derived names") explains the scheme.
@@ -20,6 +20,8 @@ PREFIX = "siding"
 _KIND = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 
 
+PARK_LANE = -1
+"""The lane number of a route's park lane (its query, checkpoint and metrics)."""
 PARKED = "parked"
 
 
@@ -28,19 +30,12 @@ def park_topic(route_name: str) -> str:
     return _topic(route_name, PARKED)
 
 
-def park_query_name(route_name: str) -> str:
-    """The streaming query that settles a route's parked records."""
-    return f"{PREFIX}.{_checked(route_name)}.{PARKED}"
-
-
-def park_checkpoint_subdir(route_name: str) -> str:
-    return f"{_checked(route_name)}/{PARKED}"
-
-
 def lane_label(lane: int) -> str:
-    """``main`` for lane 0, ``retry-<k>`` for retry lane k."""
+    """``main`` for lane 0, ``retry-<k>`` for retry lane k, ``parked`` for the park lane."""
+    if lane == PARK_LANE:
+        return PARKED
     if lane < 0:
-        raise ValueError(f"lane must be >= 0, got {lane}")
+        raise ValueError(f"lane must be >= 0 (or PARK_LANE), got {lane}")
     return "main" if lane == 0 else f"retry-{lane}"
 
 

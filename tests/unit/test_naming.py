@@ -34,6 +34,11 @@ kinds = st.sampled_from(["keys", "dlq-fate", "audit", "x" * 32])
         (naming.query_name("billing", 3), "siding.billing.retry-3"),
         (naming.lane_label(0), "main"),
         (naming.lane_label(4), "retry-4"),
+        (naming.lane_label(naming.PARK_LANE), "parked"),
+        (naming.park_topic("billing"), "siding.billing.parked"),
+        (naming.checkpoint_subdir("billing", naming.PARK_LANE), "billing/parked"),
+        (naming.query_name("billing", naming.PARK_LANE), "siding.billing.parked"),
+        (naming.state_topic("billing", "settled"), "siding.billing.state-settled"),
     ],
 )
 def test_the_naming_scheme(name: str, expected: str) -> None:
@@ -45,8 +50,8 @@ def test_the_naming_scheme(name: str, expected: str) -> None:
     [
         lambda: naming.lane_topic("billing", 0),
         lambda: naming.lane_topic("billing", -1),
-        lambda: naming.lane_label(-1),
-        lambda: naming.checkpoint_subdir("billing", -1),
+        lambda: naming.lane_label(-2),
+        lambda: naming.checkpoint_subdir("billing", -2),
         lambda: naming.dlq_topic("bad name"),
         lambda: naming.dlq_topic(".."),
         lambda: naming.dlq_topic("x" * (ROUTE_NAME_MAX + 1)),

@@ -22,8 +22,8 @@ def _route(min_partitions: int = 0) -> RouteConfig:
 
 
 def test_a_route_needs_its_main_tasks_plus_one_set_per_lane() -> None:
-    assert task_slots(_route(), partitions=3) == 3 + 2 * 3
-    assert task_slots(_route(8), partitions=3) == 8 + 2 * 3
+    assert task_slots(_route(), partitions=3) == 3 + (2 + 1) * 3
+    assert task_slots(_route(8), partitions=3) == 8 + (2 + 1) * 3
 
 
 def test_local_star_gets_enough_slots_but_never_fewer_than_cores() -> None:

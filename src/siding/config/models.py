@@ -150,6 +150,24 @@ class BreakerConfig(BaseModel):
         return self
 
 
+class ParkConfig(BaseModel):
+    """``[route.park]``: a call still running when the rest of its batch is done outlives the
+    batch (docs/parking.md). It is parked after three times the recent 75th-percentile answer
+    time, never sooner than ``floor`` and never later than ``ceiling``. Key mode never parks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    enabled: bool = True
+    floor: PositiveDuration = 0.05
+    ceiling: PositiveDuration = 1.0
+
+    @model_validator(mode="after")
+    def _order(self) -> ParkConfig:
+        if self.ceiling < self.floor:
+            raise Problem(("ceiling",), "must be at least floor")
+        return self
+
+
 class AdaptiveConfig(BaseModel):
     """``[route.adaptive]``: concurrency adapts between ``min_in_flight`` and ``max_in_flight``."""
 
@@ -184,6 +202,7 @@ class RouteConfig(BaseModel):
     auth: AuthConfig = AuthConfig()
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
+    park: ParkConfig = ParkConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -246,6 +265,11 @@ class RouteConfig(BaseModel):
         if self.adaptive.min_in_flight > self.max_in_flight:
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         return self
+
+    @property
+    def parks(self) -> bool:
+        """Whether this route's calls may outlive their batch."""
+        return self.park.enabled and self.ordering is Ordering.UNORDERED
 
     def lanes_as_model(self) -> tuple[Lane, ...]:
         """The retry lanes as ``siding.model.Lane`` values, for ``siding.policy``."""

@@ -21,10 +21,13 @@ from siding.kafka.admin import (
     existing_topics,
 )
 from siding.kafka.reader import read_to_end
+from siding.kafka.tail import TopicTail
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.keystate import KeyParking
+from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.session import build_session, effective_master, task_slots
+from siding.pipeline.settlements import SettlementStore
 from siding.pipeline.source import source_options, starting_offsets
 from siding.routing.producer import DurableProducer
 
@@ -35,6 +38,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+# Settlements are short-lived: tombstones need not outlive an hour.
+_SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "3600000"}
+# Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
+SIDE_LANE_TRIGGER_S = 0.5
 
 
 class RouteFailed(SidingError):
@@ -54,6 +61,7 @@ class Application:
     _own_session: bool = False
     _listener: Any = None
     _producers: list[DurableProducer] = field(default_factory=list)
+    _tails: list[TopicTail] = field(default_factory=list)
 
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
@@ -107,6 +115,40 @@ class Application:
                 self._start_query(
                     route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
                 )
+            if route.parks:
+                targets[naming.query_name(route.name, naming.PARK_LANE)] = CommitTarget(
+                    route.group, naming.park_topic(route.name)
+                )
+                self._start_park_lane(route, partitions, state_producer)
+
+    def _start_park_lane(
+        self, route: RouteConfig, partitions: int, state_producer: DurableProducer
+    ) -> None:
+        client_conf = self.config.kafka.client_config()
+        tail = TopicTail(client_conf, naming.state_topic(route.name, "settled"))
+        self._tails.append(tail)
+        store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
+        store.catch_up()
+        assert self.spark is not None
+        handler = ParkBatchHandler(
+            route=route,
+            client_conf=client_conf,
+            settlements=store,
+            stop=self.stop_event,
+            sink=self.sink,
+            parallelism=self.spark.sparkContext.defaultParallelism,
+        )
+        topic = naming.park_topic(route.name)
+        checkpoint = Path(self.config.spark.checkpoint_dir) / naming.checkpoint_subdir(
+            route.name, naming.PARK_LANE
+        )
+        starting = self._starting(
+            client_conf, route, topic, partitions=partitions, checkpoint=checkpoint, lane=1
+        )
+        name = naming.query_name(route.name, naming.PARK_LANE)
+        self._start_query(
+            route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
+        )
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
@@ -116,6 +158,9 @@ class Application:
         specs = [TopicSpec(t, partitions) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+        if route.parks:
+            specs.append(TopicSpec(naming.park_topic(route.name), partitions))
+            specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
         ensure_topics(admin, specs)
         return partitions
 
@@ -141,11 +186,14 @@ class Application:
         name: str,
         topic: str,
         *,
-        handler: LaneBatchHandler,
+        handler: LaneBatchHandler | ParkBatchHandler,
         checkpoint: Path,
         starting: str,
     ) -> None:
         assert self.spark is not None
+        trigger_s = self.config.spark.trigger
+        if topic != route.topic:
+            trigger_s = max(trigger_s, SIDE_LANE_TRIGGER_S)
         options = source_options(
             self.config.kafka.spark_options(),
             topic,
@@ -160,7 +208,7 @@ class Application:
             .writeStream.queryName(name)
             .foreachBatch(handler)
             .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime=f"{int(self.config.spark.trigger * 1000)} milliseconds")
+            .trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")
             .start()
         )
         self.queries.append(query)
@@ -201,6 +249,8 @@ class Application:
             log.warning("stopping Spark: %s", str(exc).splitlines()[0] if str(exc) else exc)
         for producer in self._producers:
             producer.close()
+        for tail in self._tails:
+            tail.close()
 
 
 def _short(text: str) -> str:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError, SidingError
@@ -96,32 +96,8 @@ class LaneBatchHandler:
                 self.stop.wait(min(30.0, 2.0**attempt))
 
     def _run_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
-        for attempt in range(1, self.attempts + 1):
-            if self.stop.is_set():
-                raise BatchFailed(
-                    f"route {self.route.name}: stopping; batch {batch_id} not committed"
-                )
-            try:
-                return self._run(rows)
-            except Exception as exc:
-                text = str(exc)
-                fatal = any(marker in text for marker in _FATAL_MARKERS)
-                if fatal or attempt == self.attempts:
-                    raise BatchFailed(
-                        f"route {self.route.name} lane {self.lane} batch {batch_id}:"
-                        f" {_summary(text)}"
-                    ) from exc
-                log.warning(
-                    "route %s lane %d batch %d failed (attempt %d/%d), running it again: %s",
-                    self.route.name,
-                    self.lane,
-                    batch_id,
-                    attempt,
-                    self.attempts,
-                    _summary(text),
-                )
-                self.stop.wait(min(30.0, 2.0**attempt))
-        raise AssertionError("unreachable")
+        where = f"route {self.route.name} lane {self.lane} batch {batch_id}"
+        return run_with_retries(lambda: self._run(rows), where, self.stop, self.attempts)
 
     def _run(self, rows: DataFrame) -> list[TaskResult]:
         rdd = rows.rdd
@@ -144,6 +120,33 @@ class LaneBatchHandler:
         wait_s = min(not_before_ms / 1000 - time.time(), delay_s)
         if wait_s > 0:
             self.stop.wait(wait_s)
+
+
+T = TypeVar("T")
+
+
+def run_with_retries(run: Callable[[], T], where: str, stop: threading.Event, attempts: int) -> T:
+    """Run a batch's Spark job, again after a pause when it fails, until ``attempts`` ran out
+    or the failure says to stop the route; raises ``BatchFailed`` naming ``where``."""
+    for attempt in range(1, attempts + 1):
+        if stop.is_set():
+            raise BatchFailed(f"{where}: stopping; not committed")
+        try:
+            return run()
+        except Exception as exc:
+            text = str(exc)
+            fatal = any(marker in text for marker in _FATAL_MARKERS)
+            if fatal or attempt == attempts:
+                raise BatchFailed(f"{where}: {_summary(text)}") from exc
+            log.warning(
+                "%s failed (attempt %d/%d), running it again: %s",
+                where,
+                attempt,
+                attempts,
+                _summary(text),
+            )
+            stop.wait(min(30.0, 2.0**attempt))
+    raise AssertionError("unreachable")
 
 
 def _summary(text: str) -> str:

@@ -14,9 +14,11 @@ from siding.dispatch import (
     DispatchSettings,
     OrderKey,
     ParkedRecord,
+    ParkSettings,
 )
 from siding.model import Ordering
 from siding.policy import deadline_for
+from siding.routing.settlement import Settlement
 
 
 @dataclass(frozen=True)
@@ -27,14 +29,20 @@ class TaskPlan:
     settings: DispatchSettings
     lane_topics: tuple[str, ...]
     dlq_topic: str
+    park_topic: str
+    settle_topic: str
     parked: Mapping[OrderKey, tuple[ParkedRecord, ...]] = field(default_factory=dict)
+    tasks: int = 1
+    # The park lane only: what the calls behind this batch's parked records answered.
+    settlements: Mapping[str, Settlement] = field(default_factory=dict)
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
 
 
-def dispatch_settings(route: RouteConfig, lane: int) -> DispatchSettings:
-    """The route's dispatch settings for one lane, before they are divided among tasks."""
+def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> DispatchSettings:
+    """The route's dispatch settings for one lane, before they are divided among tasks;
+    ``park=False`` for the park lane, whose own deliveries are awaited."""
     lanes = route.lanes_as_model()
     return DispatchSettings(
         max_in_flight=route.max_in_flight,
@@ -52,6 +60,11 @@ def dispatch_settings(route: RouteConfig, lane: int) -> DispatchSettings:
         adaptive=AdaptiveSettings(
             enabled=route.adaptive.enabled,
             min_in_flight=min(route.adaptive.min_in_flight, route.max_in_flight),
+        ),
+        park=ParkSettings(
+            enabled=park and route.parks,
+            floor_s=route.park.floor,
+            ceiling_s=route.park.ceiling,
         ),
     )
 
@@ -77,13 +90,22 @@ def build_plan(
     client_conf: Mapping[str, object],
     tasks: int,
     parked: Mapping[OrderKey, tuple[ParkedRecord, ...]],
+    *,
+    settlements: Mapping[str, Settlement] | None = None,
 ) -> TaskPlan:
+    """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
+    (the park task picks each record's own lane)."""
+    parks = lane != naming.PARK_LANE
     return TaskPlan(
         route=route,
         lane=lane,
         client_conf=dict(client_conf),
-        settings=share_among_tasks(dispatch_settings(route, lane), tasks),
+        settings=share_among_tasks(dispatch_settings(route, max(lane, 0), park=parks), tasks),
         lane_topics=naming.route_lane_topics(route),
         dlq_topic=naming.route_dlq(route),
+        park_topic=naming.park_topic(route.name),
+        settle_topic=naming.state_topic(route.name, "settled"),
         parked=parked if route.ordering is Ordering.KEY else {},
+        tasks=max(1, tasks),
+        settlements=dict(settlements or {}),
     )

@@ -19,9 +19,10 @@ MAX_LOCAL_SLOTS = 64
 
 
 def task_slots(route: RouteConfig, partitions: int) -> int:
-    """Task slots one route keeps busy at once: the main lane's tasks plus one set per lane."""
+    """Task slots one route keeps busy at once: the main lane's tasks plus one set per retry
+    lane, and one for the park lane."""
     main = max(partitions, route.min_partitions)
-    return main + len(route.lanes) * partitions
+    return main + (len(route.lanes) + (1 if route.parks else 0)) * partitions
 
 
 def effective_master(master: str, slots_needed: int, cores: int) -> str:

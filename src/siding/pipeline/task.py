@@ -12,20 +12,30 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from siding.dispatch import DispatchStats, Settled, Work, dispatch, flood_exceeded
+from siding.dispatch import (
+    DispatchReport,
+    DispatchSettings,
+    DispatchStats,
+    Parked,
+    Settled,
+    Work,
+    dispatch,
+    flood_exceeded,
+)
 from siding.dispatch.keyorder import order_key
 from siding.errors import DlqFloodError
 from siding.model import LaneHop
 from siding.pipeline.keystate import ParkEvent
+from siding.pipeline.parked import Adoption
 from siding.pipeline.plan import TaskPlan
 from siding.pipeline.rows import Incoming, incoming
 from siding.pipeline.worker import runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.producer import OutRecord
-from siding.routing.records import dlq_record, lane_record, requeue_record
+from siding.routing.records import dlq_record, lane_record, park_record, requeue_record
 
 _DUE_SLACK_MS = 1000
 
@@ -38,14 +48,17 @@ class TaskResult:
     acked: int = 0
     to_lane: int = 0
     to_dlq: int = 0
+    parked: int = 0
     stats: DispatchStats | None = None
     park_events: tuple[ParkEvent, ...] = ()
     dead_reasons: dict[str, int] = field(default_factory=dict)
     pid: int = 0
     host: str = ""
+    # The park lane: settlements this task used up (the driver forgets them).
+    used_tokens: tuple[str, ...] = ()
 
 
-def _route_out(
+def route_out(
     plan: TaskPlan, settled: Sequence[Settled], hops: dict[str, tuple[LaneHop, ...]], now_ms: int
 ) -> list[OutRecord]:
     out: list[OutRecord] = []
@@ -61,6 +74,17 @@ def _route_out(
                     now_ms=now_ms,
                     route=plan.route.name,
                     lane_topic=plan.lane_topic,
+                )
+            )
+        elif isinstance(step, Parked):
+            out.append(
+                park_record(
+                    delivery,
+                    token=step.token,
+                    not_before_ms=step.not_before_ms,
+                    hops=before,
+                    route=plan.route.name,
+                    park_topic=plan.park_topic,
                 )
             )
         elif isinstance(step, ToDlq):
@@ -85,6 +109,8 @@ def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, 
         if key is None:
             continue
         step = item.step
+        if isinstance(step, Parked):
+            continue  # key mode never parks
         if isinstance(step, ToLane):
             events.append(ParkEvent(key, item.work.delivery.offset, step.lane, step.not_before_ms))
         elif plan.lane > 0 or key in plan.parked:
@@ -118,16 +144,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         if not i.malformed and i.delivery.id not in later_ids
     ]
     hops = {i.delivery.id: i.hops for i in items if i.hops}
-    rt = runtime()
-    endpoints = plan.route.endpoint
-    endpoint = endpoints[partition_id % len(endpoints)]
-    # The pool is sized for the whole route: the transport outlives this batch's task count.
-    transport, breaker = rt.endpoint(
-        plan.route, endpoint, plan.settings.breaker, plan.route.max_in_flight
-    )
-    report = rt.loop.run_until_complete(
-        dispatch(transport, work, plan.settings, parked=plan.parked, breaker=breaker)
-    )
+    report = deliver(plan, plan.settings, work, partition_id)
     settled = [*report.settled, *_malformed(items)]
     dead = [s for s in settled if isinstance(s.step, ToDlq)]
     route = plan.route
@@ -137,7 +154,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             f" (more than dlq_flood_ratio={route.dlq_flood_ratio:g}); refusing to dead-letter them."
             f" First reason: {dead[0].step.reason if isinstance(dead[0].step, ToDlq) else ''}"
         )
-    out = _route_out(plan, settled, hops, int(time.time() * 1000))
+    out = route_out(plan, settled, hops, int(time.time() * 1000))
     out += [
         requeue_record(
             i.delivery,
@@ -149,7 +166,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         for i in later
     ]
     if out:
-        rt.producer(plan.client_conf).write(out)
+        runtime().producer(plan.client_conf).write(out)
     if os.environ.get("SIDING_TRACE_TASKS"):
         # Lands in the executor's stderr log: which process delivered what (scale-out checks).
         print(
@@ -166,12 +183,39 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         acked=sum(1 for s in settled if isinstance(s.step, Done)),
         to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
         to_dlq=len(dead),
+        parked=len(report.parked),
         stats=report.stats,
         park_events=park_events(plan, settled),
         dead_reasons=dict(reasons),
         pid=os.getpid(),
         host=socket.gethostname(),
     )
+
+
+def deliver(
+    plan: TaskPlan, settings: DispatchSettings, work: Sequence[Work], partition_id: int
+) -> DispatchReport:
+    """Dispatch ``work`` on the worker's loop; calls it parks go on running there and are
+    settled when they answer. Parked calls still count against the endpoint's window."""
+    rt = runtime()
+    endpoints = plan.route.endpoint
+    endpoint = endpoints[partition_id % len(endpoints)]
+    # The pool is sized for the whole route: the transport outlives this batch's task count.
+    transport, breaker, timer = rt.endpoint(
+        plan.route, endpoint, settings.breaker, plan.route.max_in_flight
+    )
+    key = (plan.route.name, endpoint.url)
+    running = rt.parked.count(key)
+    if running:
+        settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))
+    report = rt.run(
+        dispatch(transport, work, settings, parked=plan.parked, breaker=breaker, park_timer=timer)
+    )
+    if report.parked:
+        writer = rt.producer(plan.client_conf, use="settlements").write
+        adoption = Adoption(key, plan.settle_topic, timer, breaker, writer)
+        rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
+    return report
 
 
 def deliver_partition(plan: TaskPlan) -> Any:

@@ -1,0 +1,102 @@
+"""foreachBatch glue for a route's park lane, on the driver (docs/parking.md).
+
+A batch of parked records waits briefly for their calls' settlements, then its tasks finish
+each record from its answer, deliver again the ones whose call is lost, and put back the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from siding import naming
+from siding.config import RouteConfig
+from siding.errors import DurableWriteError
+from siding.pipeline.batch import BatchSink, log, run_with_retries
+from siding.pipeline.park_task import settle_partition
+from siding.pipeline.plan import build_plan
+from siding.pipeline.rows import SELECT_EXPR
+from siding.pipeline.settlements import SettlementStore
+from siding.pipeline.task import TaskResult
+from siding.routing import story
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# How long a park-lane batch waits for calls still running before it puts them back.
+ANSWER_WAIT_S = 1.0
+POLL_S = 0.05
+
+
+def _header(name: str) -> str:
+    return f"decode(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value, 'UTF-8')"
+
+
+TOKEN_EXPRS = (
+    f"{_header(story.PARK_TOKEN)} AS token",
+    f"try_cast({_header(story.NOT_BEFORE)} as long) AS nb",
+)
+
+
+@dataclass
+class ParkBatchHandler:
+    route: RouteConfig
+    client_conf: Mapping[str, object]
+    settlements: SettlementStore
+    stop: threading.Event
+    sink: BatchSink = field(default_factory=BatchSink)
+    attempts: int = 3
+    parallelism: int = 4
+    _used: tuple[str, ...] = ()
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        # Spark runs a batch only after the one before was committed: its used settlements
+        # can go now (a replay of that batch would still have needed them).
+        self._forget(self._used)
+        marks: list[Any] = frame.selectExpr(*TOKEN_EXPRS).collect()
+        due = {str(row["token"]): int(row["nb"] or 0) for row in marks if row["token"]}
+        tokens = set(due)
+        self._wait_for_answers(due)
+        rows = frame.selectExpr(*SELECT_EXPR)
+        rdd = rows.rdd
+        plan = build_plan(
+            self.route,
+            naming.PARK_LANE,
+            self.client_conf,
+            max(rdd.getNumPartitions(), 1),
+            {},
+            settlements=self.settlements.of(tokens),
+        )
+        where = f"route {self.route.name} park lane batch {batch_id}"
+
+        def run() -> list[TaskResult]:
+            results: list[TaskResult] = rdd.mapPartitionsWithIndex(settle_partition(plan)).collect()
+            return results
+
+        results = run_with_retries(run, where, self.stop, self.attempts)
+        self._used = tuple(t for r in results for t in r.used_tokens)
+        self.sink.on_result(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
+
+    def _wait_for_answers(self, due: Mapping[str, int]) -> None:
+        """Until every call answered, one is due without an answer, or ANSWER_WAIT_S passed."""
+        give_up = time.monotonic() + ANSWER_WAIT_S
+        while True:
+            self.settlements.catch_up()
+            answered = self.settlements.of(due)
+            missing = [nb for token, nb in due.items() if token not in answered]
+            if not missing:
+                return
+            if time.time() * 1000 >= min(missing) or time.monotonic() >= give_up:
+                return
+            if self.stop.wait(POLL_S):
+                return
+
+    def _forget(self, tokens: tuple[str, ...]) -> None:
+        try:
+            self.settlements.forget(tokens)
+        except DurableWriteError as exc:  # tombstones only keep the topic small
+            log.warning("route %s: settlements not forgotten yet: %s", self.route.name, exc)

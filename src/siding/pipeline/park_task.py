@@ -1,0 +1,110 @@
+"""One Spark task of a route's park lane: finish parked records from their calls' answers.
+
+For each parked record (docs/parking.md):
+- its call answered (a settlement exists): the answer decides, as if the batch had waited for it:
+  done, next retry lane, or the DLQ; the consumer is not asked again;
+- no answer and it is due (the worker died, or the settlement could not be written): it is
+  delivered again, in its own lane's deadline, and the answer decides;
+- no answer yet and not due: it goes back into the park topic unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from siding.dispatch import Settled, Work
+from siding.pipeline.plan import TaskPlan, dispatch_settings, share_among_tasks
+from siding.pipeline.rows import Incoming, incoming
+from siding.pipeline.task import TaskResult, deliver, route_out
+from siding.pipeline.worker import runtime
+from siding.policy import Done, ToDlq, ToLane, next_step
+from siding.routing.producer import OutRecord
+from siding.routing.records import park_record
+from siding.routing.settlement import Settlement
+
+
+def sort_parked(
+    plan: TaskPlan, items: Sequence[Incoming], settlements: Mapping[str, Settlement], now_ms: int
+) -> tuple[list[Settled], dict[int, list[Incoming]], list[Incoming]]:
+    """Pure: (finished from an answer, to deliver again by lane, not due yet)."""
+    finished: list[Settled] = []
+    again: dict[int, list[Incoming]] = {}
+    later: list[Incoming] = []
+    lanes = plan.settings.lanes
+    for item in items:
+        delivery = item.delivery
+        if item.malformed:
+            finished.append(Settled(Work(delivery), ToDlq(item.malformed)))
+            continue
+        settlement = settlements.get(item.park_token)
+        if settlement is not None:
+            step = next_step(
+                settlement.outcome,
+                delivery.attempt,
+                lanes,
+                now_ms,
+                max_retry_after_s=plan.route.max_retry_after,
+            )
+            if isinstance(step, Done | ToLane | ToDlq):
+                finished.append(Settled(Work(delivery), step))
+                continue
+            # BACKOFF or GONE for the parked call: ask again, here, where it can wait.
+        elif item.not_before_ms > now_ms:
+            later.append(item)
+            continue
+        again.setdefault(delivery.lane, []).append(item)
+    return finished, again, later
+
+
+def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
+    items = incoming(rows, lane=1)  # parked records carry their story, like lane records
+    if not items:
+        return TaskResult(pid=os.getpid(), host=socket.gethostname())
+    finished, again, later = sort_parked(plan, items, plan.settlements, int(time.time() * 1000))
+    settled = list(finished)
+    stats = None
+    for lane, group in sorted(again.items()):
+        own = min(lane, len(plan.route.lanes))  # the lanes may have been shortened since
+        settings = share_among_tasks(dispatch_settings(plan.route, own, park=False), plan.tasks)
+        report = deliver(plan, settings, [Work(i.delivery) for i in group], partition_id)
+        settled += report.settled
+        stats = report.stats
+    hops = {i.delivery.id: i.hops for i in items if i.hops}
+    out: list[OutRecord] = route_out(plan, settled, hops, int(time.time() * 1000))
+    out += [
+        park_record(
+            i.delivery,
+            token=i.park_token,
+            not_before_ms=i.not_before_ms,
+            hops=i.hops,
+            route=plan.route.name,
+            park_topic=plan.park_topic,
+        )
+        for i in later
+    ]
+    if out:
+        runtime().producer(plan.client_conf).write(out)
+    used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
+    return TaskResult(
+        records=len(settled),
+        acked=sum(1 for s in settled if isinstance(s.step, Done)),
+        to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
+        to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
+        stats=stats,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        used_tokens=used,
+    )
+
+
+def settle_partition(plan: TaskPlan) -> Any:
+    """The function handed to ``RDD.mapPartitionsWithIndex`` for the park lane."""
+
+    def run(partition_id: int, rows: Iterable[Sequence[Any]]) -> Iterable[TaskResult]:
+        yield run_park_slice(plan, rows, partition_id)
+
+    return run
