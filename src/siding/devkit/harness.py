@@ -83,6 +83,7 @@ class Totals:
     acked: int = 0
     to_lane: int = 0
     to_dlq: int = 0
+    parked: int = 0
     batches: int = 0
     hosts: set[tuple[str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -95,6 +96,7 @@ class Totals:
                 self.acked += r.acked
                 self.to_lane += r.to_lane
                 self.to_dlq += r.to_dlq
+                self.parked += r.parked
                 if r.records:
                     self.hosts.add((r.host, r.pid))
 
