@@ -67,18 +67,19 @@ def test_slow_calls_are_parked_and_settled_by_their_own_answers(
     ) as run:
         run.wait_committed({0: count}, timeout_s=120)
         wait_until(
-            lambda: {
-                letter.story.origin.delivery_id for letter in run.dead_letters() if letter.story
-            }
-            == dead,
+            lambda: (
+                {letter.story.origin.delivery_id for letter in run.dead_letters() if letter.story}
+                == dead
+            ),
             timeout_s=60,
             what="the DEAD answers in the DLQ",
             check=run.check,
         )
         received = read_records(received_file)
         wait_until(
-            lambda: {r.delivery_id for r in read_records(received_file) if r.attempt == 2}
-            == retried,
+            lambda: (
+                {r.delivery_id for r in read_records(received_file) if r.attempt == 2} == retried
+            ),
             timeout_s=60,
             what="the RETRY answers delivered again from lane 1",
             check=run.check,

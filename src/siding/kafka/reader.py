@@ -42,6 +42,18 @@ def watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int
     return with_retries(fetch)
 
 
+def watermarks_of(client_conf: Mapping[str, object], topic: str) -> dict[int, int]:
+    """Partition -> high watermark (the next offset) of every partition of ``topic``."""
+    consumer = Consumer({**client_conf, "group.id": f"siding-reader-{uuid.uuid4().hex}"})
+    try:
+        found = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if found is None or found.error is not None:
+            return {}
+        return {int(p): watermarks(consumer, topic, int(p))[1] for p in found.partitions}
+    finally:
+        consumer.close()
+
+
 def read_to_end(
     client_conf: Mapping[str, object], topic: str, timeout_s: float = 60.0
 ) -> list[tuple[bytes, bytes | None]]:
