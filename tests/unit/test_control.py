@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from siding import naming
 from siding.control import ControlServer, QueryHealth, health_document, status_document
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.errors import SidingError
@@ -194,3 +195,24 @@ def test_a_taken_port_is_a_clear_error(server: ControlServer, metrics: MetricsSi
 def test_status_document_without_traffic() -> None:
     doc = status_document(MetricsSink().snapshot(), [])
     assert doc["routes"] == [] and doc["healthy"] is False and doc["last_error"] is None
+
+
+def test_parked_calls_and_the_park_lane_are_shown(
+    server: ControlServer, metrics: MetricsSink
+) -> None:
+    # Given a main-lane batch that parked 4 of its 10 calls, and a park-lane batch
+    metrics.on_result("billing", 0, [TaskResult(records=10, acked=6, parked=4)], 0.1)
+    metrics.on_result("billing", naming.PARK_LANE, [TaskResult(records=4, acked=4)], 0.2)
+    # Then /status and /metrics count them, the park lane under its own label
+    _, _, body = get(server, "/status")
+    lanes = {lane["label"]: lane for lane in json.loads(body)["routes"][0]["lanes"]}
+    assert lanes["main"]["parked"] == 4
+    assert lanes["parked"]["acked"] == 4
+    _, _, text = get(server, "/metrics")
+    samples = {
+        (s.name, s.labels.get("lane"), s.labels.get("outcome")): s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
+    assert samples[("siding_records_total", "main", "parked")] == 4
+    assert samples[("siding_records_total", "parked", "ack")] == 4

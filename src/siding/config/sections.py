@@ -118,7 +118,7 @@ class SparkConfig(BaseModel):
     master: str = "local[*]"
     app_name: str = Field(default="siding", min_length=1)
     checkpoint_dir: str = DEFAULT_CHECKPOINT_DIR
-    trigger: Duration = 1.0
+    trigger: Duration = 0.0
     conf: dict[str, Setting] = Field(default_factory=dict)
 
     @field_validator("master")

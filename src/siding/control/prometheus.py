@@ -22,7 +22,7 @@ _LABELS = ["route", "lane"]
 
 
 def _outcomes(lane: LaneMetrics) -> dict[str, int]:
-    return {"ack": lane.acked, "lane": lane.to_lane, "dlq": lane.to_dlq}
+    return {"ack": lane.acked, "lane": lane.to_lane, "dlq": lane.to_dlq, "parked": lane.parked}
 
 
 class SnapshotCollector(Collector):

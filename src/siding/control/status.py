@@ -47,6 +47,7 @@ def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any
         "acked": metrics.acked,
         "to_lane": metrics.to_lane,
         "to_dlq": metrics.to_dlq,
+        "parked": metrics.parked,
         "batches": metrics.batches,
         "rate_per_s": round(rate, 3),
         "last_batch_s": round(metrics.last_batch_s, 3),
