@@ -339,3 +339,33 @@ async def test_sdk_replies_map_to_outcomes(kind: type[Transport]) -> None:
     assert (r.kind, r.reason, r.retry_after_s) == (OutcomeKind.RETRY, "later", 3.0)
     assert (d.kind, d.reason) == (OutcomeKind.DEAD, "poison")
     assert a.kind is OutcomeKind.ACK
+
+
+class LateFirstAnswer:
+    """Answers the first copy of an id late with DEAD, every later copy at once with ACK."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    async def __call__(self, d: Delivery) -> Reply:
+        seen = self.calls[d.id] = self.calls.get(d.id, 0) + 1
+        if seen == 1:
+            await asyncio.sleep(0.6)
+            return dead("first copy")
+        return ack()
+
+
+async def test_a_late_answer_to_an_abandoned_copy_never_settles_the_next_attempt() -> None:
+    # Given a first attempt that times out while the consumer still works on it
+    handler = LateFirstAnswer()
+    async with (
+        ConsumerServer(handler) as server,
+        transport(GrpcStreamTransport, server.target) as t,
+    ):
+        first = await t.send(delivery(1), 0.2)
+        assert first.kind is OutcomeKind.RETRY and first.no_answer
+        # When the next attempt is sent before the first copy's late answer arrives
+        second = await t.send(delivery(1), 5)
+    # Then it was really sent, and settled by its own answer, not the first copy's DEAD
+    assert handler.calls["orders/0/1"] == 2
+    assert second.kind is OutcomeKind.ACK

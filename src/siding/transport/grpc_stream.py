@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -31,6 +32,8 @@ from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# An abandoned copy whose answer never came stops keeping its id off a stream after this long.
+ABANDONED_TTL_S = 600.0
 StreamCall = grpc.aio.StreamStreamCall[consumer_pb2.Delivery, consumer_pb2.Result]
 
 
@@ -39,6 +42,7 @@ class _Pending:
     """One delivery id on the wire; every ``send`` waiting for its answer has a future here."""
 
     waiters: list[asyncio.Future[Outcome]] = field(default_factory=list)
+    written: bool = False
 
     def resolve(self, outcome: Outcome) -> None:
         for waiter in self.waiters:
@@ -54,6 +58,9 @@ class _Stream:
         self.call = call
         self.channel = channel
         self.pending: dict[str, _Pending] = {}
+        # Ids of copies written and then given up on (deadline), with when: their late answers
+        # would be taken for a later copy of the id, so later copies go on another stream.
+        self.abandoned: dict[str, float] = {}
         self.broken = False
         self._outbox: asyncio.Queue[tuple[_Pending, str, consumer_pb2.Delivery]] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write_loop(), name="siding-grpc-stream-writer")
@@ -70,6 +77,21 @@ class _Stream:
         """Every sender of ``entry`` gave up: a late answer for it is dropped."""
         if not entry.waiters and self.pending.get(delivery_id) is entry:
             del self.pending[delivery_id]
+            if entry.written:
+                self.abandoned[delivery_id] = time.monotonic()
+
+    def takes(self, delivery_id: str, now: float) -> bool:
+        """Whether a copy of ``delivery_id`` can be sent here without an earlier copy's late
+        answer being mistaken for its own."""
+        since = self.abandoned.get(delivery_id)
+        if since is not None and now - since > ABANDONED_TTL_S:
+            del self.abandoned[delivery_id]
+            since = None
+        return since is None
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and not self.abandoned
 
     async def _write_loop(self) -> None:
         try:
@@ -78,6 +100,7 @@ class _Stream:
                 if self.pending.get(delivery_id) is not entry:
                     continue  # its senders gave up before it reached the wire
                 await self.call.write(message)
+                entry.written = True
         except Exception as error:  # whatever stops the stream must fail it, never hang it
             self.fail(error)
 
@@ -86,7 +109,9 @@ class _Stream:
             async for message in self.call:
                 entry = self.pending.pop(message.delivery_id, None)
                 if entry is None:
-                    continue  # an answer nobody waits for any more (its deadline passed)
+                    # The late answer of a copy given up on: that id is clear here again.
+                    self.abandoned.pop(message.delivery_id, None)
+                    continue
                 result = result_from_proto(message)
                 entry.resolve(outcome_from_grpc(grpc.StatusCode.OK, result=result))
         except Exception as error:
@@ -137,7 +162,10 @@ class GrpcStreamTransport:
 
     Duplicate ids: a ``send`` whose delivery id is already in flight on the stream is not written
     again; it waits (with its own deadline) for the answer to the one on the wire, since results
-    carry only the id and could not tell two copies apart.
+    carry only the id and could not tell two copies apart. For the same reason a copy sent after
+    an earlier one was given up on (its deadline passed, no answer yet) goes on a second stream
+    of the same channel: it is settled by its own answer, never by the late answer of the
+    earlier attempt. Extra streams close once nothing is pending or abandoned on them.
 
     Constructing it does no I/O and needs no event loop. A Spark worker that runs each batch in a
     new loop should ``close()`` it before that loop ends; the next ``send`` then starts afresh.
@@ -157,7 +185,7 @@ class GrpcStreamTransport:
         self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options, client_tls))
         self._metadata = call_metadata(token)
         self._probe_timeout_s = probe_timeout_s
-        self._stream: _Stream | None = None
+        self._streams: list[_Stream] = []  # the first is the main one
 
     @property
     def target(self) -> str:
@@ -165,22 +193,30 @@ class GrpcStreamTransport:
 
     @property
     def in_flight(self) -> int:
-        """Distinct delivery ids waiting for an answer on the current stream."""
-        stream = self._stream
-        return 0 if stream is None or stream.broken else len(stream.pending)
+        """Distinct delivery ids waiting for an answer on the open streams."""
+        return sum(len(s.pending) for s in self._streams if not s.broken)
 
-    def _current_stream(self) -> _Stream:
+    def _stream_for(self, delivery_id: str) -> _Stream:
         channel = self._channel.get()
-        stream = self._stream
-        if stream is None or stream.broken or stream.channel is not channel:
+        self._streams = [s for s in self._streams if not s.broken and s.channel is channel]
+        now = time.monotonic()
+        chosen = None
+        for stream in self._streams:
+            if delivery_id in stream.pending or stream.takes(delivery_id, now):
+                chosen = stream
+                break
+        if chosen is None:
             stub = consumer_pb2_grpc.ConsumerStub(channel)
-            stream = self._stream = _Stream(
-                stub.DeliverStream(None, metadata=self._metadata), channel
-            )
-        return stream
+            chosen = _Stream(stub.DeliverStream(None, metadata=self._metadata), channel)
+            self._streams.append(chosen)
+        for extra in self._streams[1:]:
+            if extra is not chosen and extra.idle:
+                self._streams.remove(extra)
+                extra.fail(TransportError("extra stream no longer needed"))
+        return chosen
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
-        stream = self._current_stream()
+        stream = self._stream_for(delivery.id)
         entry = stream.submit(delivery)
         waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         entry.waiters.append(waiter)
@@ -197,7 +233,8 @@ class GrpcStreamTransport:
         return await probe_channel(self._channel.get(), self._metadata, self._probe_timeout_s)
 
     async def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None and self._channel.is_current(stream.channel):
-            await stream.aclose()
+        streams, self._streams = self._streams, []
+        for stream in streams:
+            if self._channel.is_current(stream.channel):
+                await stream.aclose()
         await self._channel.close()
