@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
+import zipfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
@@ -12,7 +14,9 @@ from confluent_kafka.admin import AdminClient
 
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.wait import wait_until
+from siding.jvm import pyspark_jars_dir, spark_jars
 from siding.kafka.admin import TopicSpec, ensure_topics
+from siding.pipeline import session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -131,3 +135,42 @@ def test_min_partitions_splits_one_kafka_partition_into_many_tasks(
 def test_wait_until_reports_what_it_waited_for() -> None:
     values = iter([0, 0, 3])
     assert wait_until(lambda: next(values), timeout_s=5, interval_s=0.01) == 3
+
+
+def _logger_names(properties: Path) -> dict[str, str]:
+    """``logger.<id>.name = <name>`` lines of a log4j2 properties file, by id."""
+    names: dict[str, str] = {}
+    for line in properties.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        parts = key.strip().split(".")
+        if sep and len(parts) == 3 and parts[0] == "logger" and parts[2] == "name":
+            names[parts[1]] = value.strip()
+    return names
+
+
+def _class_or_package(name: str, entries: set[str], packages: set[str]) -> bool:
+    path = name.replace(".", "/")
+    return f"{path}.class" in entries or any(
+        p == path or p.startswith(path + "/") for p in packages
+    )
+
+
+def test_every_quieted_logger_names_a_class_or_package_spark_runs_with() -> None:
+    # Given the jars Spark runs with: pyspark's own and the connector's (spark.jars)
+    jars = [*pyspark_jars_dir().glob("*.jar"), *map(Path, spark_jars())]
+    entries: set[str] = set()
+    for jar in jars:
+        with zipfile.ZipFile(jar) as archive:
+            entries.update(archive.namelist())
+    packages = {entry.rpartition("/")[0] for entry in entries if entry.endswith(".class")}
+    # When siding's log4j2 configuration names a logger
+    names = _logger_names(Path(session.__file__).with_name("log4j2.properties"))
+    assert len(names) >= 10
+    # Then a class or a package of that name exists (Spark moves classes between releases:
+    # a stale name quiets nothing and fails silently)
+    missing = {
+        logger: name
+        for logger, name in names.items()
+        if not _class_or_package(name, entries, packages)
+    }
+    assert not missing
