@@ -14,6 +14,7 @@ from siding.transport.fake import ScriptedTransport
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
 PARK = ParkSettings(enabled=True, floor_s=0.05, ceiling_s=0.2)
 SETTINGS = DispatchSettings(max_in_flight=100, deadline_s=5.0, lanes=LANES, park=PARK)
+WIDE = ParkSettings(enabled=True, floor_s=0.05, ceiling_s=1.0)
 SLOW = {3, 7}
 
 
@@ -109,3 +110,26 @@ def test_p75_and_not_before() -> None:
     assert p75([1.0, 2.0, 3.0, 4.0]) == 3.0
     assert p75([5.0]) == 5.0
     assert parked_not_before_ms(1_000, 1.0, 0.1) == 1_000 + 1_100 + SETTLE_SLACK_MS
+
+
+async def test_outliers_are_parked_once_the_answers_go_quiet() -> None:
+    # Given a fresh endpoint (the age rule would wait its 1 s ceiling) and a slice whose last
+    # calls are a small share of it
+    settings = DispatchSettings(max_in_flight=100, deadline_s=5.0, lanes=LANES, park=WIDE)
+    transport = ScriptedTransport(latency_s=lambda d: 3.0 if d.offset < 4 else 0.01)
+    started = time.monotonic()
+    report = await dispatch(transport, [Work(rec(i)) for i in range(40)], settings)
+    # Then the slice ends soon after its normal answers, not after the ceiling
+    assert time.monotonic() - started < 0.6
+    assert {c.work.delivery.offset for c in report.parked} == {0, 1, 2, 3}
+    for call in report.parked:
+        call.task.cancel()
+
+
+async def test_a_slice_of_uniformly_slow_calls_is_not_parked_wholesale() -> None:
+    # Given calls that all take 300 ms: none is an outlier, and the ceiling is not reached
+    transport = ScriptedTransport(latency_s=0.3)
+    settings = DispatchSettings(max_in_flight=100, deadline_s=5.0, lanes=LANES, park=WIDE)
+    report = await dispatch(transport, [Work(rec(i)) for i in range(20)], settings)
+    assert report.parked == ()
+    assert all(isinstance(s.step, Done) for s in report.settled)

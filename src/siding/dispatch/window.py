@@ -29,6 +29,10 @@ from siding.policy import Backoff, Stop, ToLane, next_step
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
 
+# The calls left may be parked as soon as the answers go quiet once they are at most this share
+# of the slice (docs/parking.md).
+OUTLIER_SHARE = 0.2
+
 
 def safety_grace_s(deadline_s: float) -> float:
     """How long past its deadline a send may run before the window gives up on it itself."""
@@ -122,6 +126,7 @@ class _Window:
         self._running: dict[int, tuple[asyncio.Task[tuple[Outcome, float]], _Callback, float, int]]
         self._running = {}
         self._parked: list[ParkedCall] = []
+        self._last_answer_at = 0.0
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -186,16 +191,23 @@ class _Window:
 
     def _park_in(self) -> float | None:
         """Seconds until every call still out may be parked; ``None`` while anything else is
-        left (items not yet sent, answers not yet read) or parking is off."""
+        left (items not yet sent, answers not yet read) or parking is off.
+
+        A call may be parked once it has run ``park_after_s`` (from recent answer times), or,
+        when the calls left are a small share of the slice, once the answers have gone quiet
+        for ``park.floor_s``: the rest of the batch is done and these are its outliers."""
         if not self._may_park or self._due or self._answers:
             return None
         if not self._running or len(self._running) != self._unsettled:
             return None
         if any(task.done() for task, *_ in self._running.values()):
             return None
-        after_s = self._park_timer.park_after_s(self._settings.park)
+        park = self._settings.park
         youngest = max(started for _, _, started, _ in self._running.values())
-        return youngest + after_s - time.monotonic()
+        at = youngest + self._park_timer.park_after_s(park)
+        if len(self._running) <= max(1, len(self._work) * OUTLIER_SHARE):
+            at = min(at, max(self._last_answer_at, youngest) + park.floor_s)
+        return at - time.monotonic()
 
     def _park_running(self) -> None:
         """End the dispatch now: every call still out keeps running, handed over as parked."""
@@ -241,6 +253,7 @@ class _Window:
             self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
         )
         self._stats.answered(outcome.kind, latency_s)
+        self._last_answer_at = time.monotonic()
         if outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer:
             self._park_timer.observe(latency_s)
         now_ms = self._now_ms()

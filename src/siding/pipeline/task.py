@@ -133,6 +133,7 @@ def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Inco
 
 def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
+    began = time.monotonic()
     items = incoming(rows, plan.lane)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
@@ -144,7 +145,9 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         if not i.malformed and i.delivery.id not in later_ids
     ]
     hops = {i.delivery.id: i.hops for i in items if i.hops}
+    read_s = time.monotonic() - began
     report = deliver(plan, plan.settings, work, partition_id)
+    dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
     dead = [s for s in settled if isinstance(s.step, ToDlq)]
     route = plan.route
@@ -171,7 +174,9 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         # Lands in the executor's stderr log: which process delivered what (scale-out checks).
         print(
             f"siding-task route={route.name} lane={plan.lane} records={len(settled)}"
-            f" pid={os.getpid()} host={socket.gethostname()}",
+            f" parked={len(report.parked)} read={read_s:.3f}s dispatched={dispatched_s:.3f}s"
+            f" written={time.monotonic() - began:.3f}s pid={os.getpid()}"
+            f" host={socket.gethostname()}",
             file=sys.stderr,
             flush=True,
         )
