@@ -95,13 +95,13 @@ async def test_fast_batches_are_never_parked() -> None:
 
 
 def test_park_timer_follows_recent_latency_between_floor_and_ceiling() -> None:
-    timer = ParkTimer(size=16)
+    timer = ParkTimer(size=64)
     settings = ParkSettings(enabled=True, floor_s=0.05, ceiling_s=2.0)
     assert timer.park_after_s(settings) == 2.0  # nothing known yet: the ceiling
-    for _ in range(16):
+    for _ in range(64):
         timer.observe(0.1)
     assert timer.park_after_s(settings) == clamp(3 * 0.1, 0.05, 2.0)
-    for _ in range(16):
+    for _ in range(64):
         timer.observe(5.0)
     assert timer.park_after_s(settings) == 2.0
 

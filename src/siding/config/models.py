@@ -152,14 +152,15 @@ class BreakerConfig(BaseModel):
 
 class ParkConfig(BaseModel):
     """``[route.park]``: a call still running when the rest of its batch is done outlives the
-    batch (docs/parking.md). It is parked after three times the recent 75th-percentile answer
-    time, never sooner than ``floor`` and never later than ``ceiling``. Key mode never parks."""
+    batch (docs/parking.md): the last calls of a batch once the answers went quiet for
+    ``floor``, and any call after three times the recent 75th-percentile answer time, within
+    ``floor`` and ``ceiling``. Key mode never parks."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     enabled: bool = True
     floor: PositiveDuration = 0.05
-    ceiling: PositiveDuration = 1.0
+    ceiling: PositiveDuration = 5.0
 
     @model_validator(mode="after")
     def _order(self) -> ParkConfig:

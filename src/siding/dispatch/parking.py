@@ -17,18 +17,19 @@ from siding.errors import ConfigError
 # without an answer: room for the settlement write to land before the park lane looks.
 SETTLE_SLACK_MS = 2_000
 RECENT_ANSWERS = 256
+MIN_ANSWERS = 32
 P75_FACTOR = 3.0
 
 
 @dataclass(frozen=True, slots=True)
 class ParkSettings:
-    """``enabled``: calls may outlive the batch. A call is parked once it has run
-    ``P75_FACTOR`` times the recent 75th-percentile latency, never sooner than ``floor_s`` and
-    never later than ``ceiling_s``."""
+    """``enabled``: calls may outlive the batch. The outliers of a slice are parked once the
+    answers went quiet for ``floor_s``; any call is parked once it has run ``P75_FACTOR`` times
+    the recent 75th-percentile latency, within ``floor_s`` and ``ceiling_s``."""
 
     enabled: bool = False
     floor_s: float = 0.05
-    ceiling_s: float = 1.0
+    ceiling_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.floor_s <= 0:
@@ -48,7 +49,7 @@ class ParkTimer:
 
     def park_after_s(self, settings: ParkSettings) -> float:
         """How long a call may run before it is parked; the ceiling until answers are known."""
-        if len(self._recent) < 8:
+        if len(self._recent) < MIN_ANSWERS:
             return settings.ceiling_s
         return clamp(P75_FACTOR * p75(self._recent), settings.floor_s, settings.ceiling_s)
 

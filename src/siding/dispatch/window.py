@@ -127,6 +127,7 @@ class _Window:
         self._running = {}
         self._parked: list[ParkedCall] = []
         self._last_answer_at = 0.0
+        self._park_after_s = park_timer.park_after_s(settings.park)
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -193,20 +194,20 @@ class _Window:
         """Seconds until every call still out may be parked; ``None`` while anything else is
         left (items not yet sent, answers not yet read) or parking is off.
 
-        A call may be parked once it has run ``park_after_s`` (from recent answer times), or,
-        when the calls left are a small share of the slice, once the answers have gone quiet
-        for ``park.floor_s``: the rest of the batch is done and these are its outliers."""
+        A call may be parked once it has run ``park_after_s`` (from the answer times of earlier
+        slices: this slice's first answers are the head of its queue), or, when the calls left
+        are a small share of the slice, once the answers have gone quiet for ``park.floor_s``:
+        the rest of the batch is done and these are its outliers."""
         if not self._may_park or self._due or self._answers:
             return None
         if not self._running or len(self._running) != self._unsettled:
             return None
         if any(task.done() for task, *_ in self._running.values()):
             return None
-        park = self._settings.park
         youngest = max(started for _, _, started, _ in self._running.values())
-        at = youngest + self._park_timer.park_after_s(park)
+        at = youngest + self._park_after_s
         if len(self._running) <= max(1, len(self._work) * OUTLIER_SHARE):
-            at = min(at, max(self._last_answer_at, youngest) + park.floor_s)
+            at = min(at, max(self._last_answer_at, youngest) + self._settings.park.floor_s)
         return at - time.monotonic()
 
     def _park_running(self) -> None:
