@@ -23,6 +23,7 @@ from bench.workloads import (
     cost,
     hol,
     hol_peers,
+    latency_curve,
     partition_scalability,
     pc_table,
     poison_pills,
@@ -42,6 +43,7 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "hol": hol.run,
         "spark_floor": spark_floor.run,
         "hol_peers": hol_peers.run,
+        "latency_curve": latency_curve.run,
         "poison_pills": poison_pills.run,
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }
