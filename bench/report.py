@@ -292,6 +292,9 @@ def entry_notes(entry: Entry) -> list[str]:
     notes = [f"{name}: {note}" for note in entry.get("notes", [])]
     if base.get("parallel_consumer_error"):
         notes.append(f"{name}: Parallel Consumer not run: {base['parallel_consumer_error']}")
+    if base.get("parallel_consumer_vertx_error"):
+        error = base["parallel_consumer_vertx_error"]
+        notes.append(f"{name}: Parallel Consumer over the network not run: {error}")
     if base.get("serial_consumer_extrapolated"):
         measured = base.get("serial_consumer_measured_messages")
         window = base.get("serial_consumer_window_s")

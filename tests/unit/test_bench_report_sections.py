@@ -150,3 +150,29 @@ def test_write_draws_the_curve(tmp_path: Path) -> None:
     assert png in paths
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_curve({"curves": {}}, tmp_path / "empty.png").exists()
+
+
+def test_the_pc_table_shows_parallel_consumer_over_http_only_where_it_ran() -> None:
+    ran = {
+        "name": "pc_table_unordered",
+        "messages": 10,
+        "siding_seconds": 1.0,
+        "baselines": {"parallel_consumer_seconds": 0.5, "parallel_consumer_vertx_seconds": 2.5},
+    }
+    failed = {
+        "name": "pc_table_key10000",
+        "messages": 10,
+        "siding_seconds": 1.0,
+        "baselines": {
+            "parallel_consumer_vertx_seconds": None,
+            "parallel_consumer_vertx_error": "PeerUnavailable: no java",
+        },
+    }
+    not_run = {"name": "pc_table_key10", "messages": 10, "siding_seconds": 1.0, "baselines": {}}
+    text = markdown(build_report("m", [ran, failed, not_run], 1.0, 0.0))
+    over_http = [line for line in text.splitlines() if "over HTTP" in line]
+    assert over_http == [
+        "| pc_table_unordered | 10 | seconds, Parallel Consumer over HTTP |  | 2.500 |  |",
+        "| pc_table_key10000 | 10 | seconds, Parallel Consumer over HTTP |  | n/a |  |",
+    ]
+    assert "Parallel Consumer over the network not run: PeerUnavailable: no java" in text
