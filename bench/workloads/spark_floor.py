@@ -23,7 +23,7 @@ from bench.workloads.context import BenchContext, scaled
 from bench.workloads.measure import latencies_ms, rounded_percentile
 from bench.workloads.traffic import RecordTail, start_producer, traffic_ids, wait_received
 from siding.devkit.sim_consumer import read_records
-from siding.devkit.sim_produce import produce
+from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.wait import WaitTimeout, wait_until
 from siding.model import delivery_id
 from siding.pipeline.source import source_options
@@ -127,7 +127,8 @@ class ProgressLog:
 
 def measure_path(ctx: BenchContext, name: str, sink: Sink, count: int) -> dict[str, Any]:
     topic = ctx.topic("floor")
-    produce(ctx.bootstrap, topic, 1)  # the warm-up record, left out of the numbers
+    producer = new_producer(ctx.bootstrap)
+    produce(ctx.bootstrap, topic, 1, producer=producer)  # the warm-up, left out of the numbers
     record = ctx.record_file(topic)
     record.touch()
     options = source_options(
@@ -153,7 +154,7 @@ def measure_path(ctx: BenchContext, name: str, sink: Sink, count: int) -> dict[s
             if not wait_received(tail, {delivery_id(topic, 0, 0)}, READY_TIMEOUT_S, check):
                 raise TimeoutError(f"floor ({name}): no warm-up record in {READY_TIMEOUT_S:g}s")
             started = time.monotonic()
-            start_producer(ctx, topic, count, hol.RATE).join()
+            start_producer(ctx, topic, count, hol.RATE, producer).join()
             expected = traffic_ids(topic, count)
             complete = wait_received(tail, expected, DONE_TIMEOUT_S, check)
             seconds = time.monotonic() - started

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from bench.peers import benthos
 from bench.peers import parallel_consumer as pc
@@ -26,7 +26,7 @@ from bench.peers.common import PeerProcess
 from bench.workloads.context import BenchContext, Transport
 from siding.devkit.harness import PipelineRun
 from siding.devkit.sim_consumer import Behaviour, Received, SimConsumerProcess, read_records
-from siding.devkit.sim_produce import produce
+from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.wait import WaitTimeout
 from siding.model import delivery_id
 
@@ -117,11 +117,15 @@ def wait_quiet(tail: RecordTail, quiet_s: float, timeout_s: float) -> None:
             size, since = now, time.monotonic()
 
 
-def start_producer(ctx: BenchContext, topic: str, count: int, rate: float) -> threading.Thread:
+def start_producer(
+    ctx: BenchContext, topic: str, count: int, rate: float, producer: Any = None
+) -> threading.Thread:
+    """Produce ``count`` messages at ``rate`` on a thread; reuse ``producer`` when given (one that
+    sent the warm-up message is already connected, so the first messages do not wait for that)."""
     thread = threading.Thread(
         target=produce,
         args=(ctx.bootstrap, topic, count),
-        kwargs={"rate": rate, "start_seq": 1},
+        kwargs={"rate": rate, "start_seq": 1, "producer": producer},
         daemon=True,
     )
     thread.start()
@@ -144,7 +148,8 @@ def push(
     done_timeout_s: float,
 ) -> Pushed:
     topic = ctx.topic(label)
-    produce(ctx.bootstrap, topic, 1)  # the warm-up message, left out of the numbers
+    producer = new_producer(ctx.bootstrap)
+    produce(ctx.bootstrap, topic, 1, producer=producer)  # the warm-up, left out of the numbers
     record = ctx.record_file(topic)
     tail = RecordTail(record)
     expected = traffic_ids(topic, count)
@@ -157,7 +162,7 @@ def push(
             raise WaitTimeout(f"{system.name} delivered no warm-up in {READY_TIMEOUT_S:g}s")
         running.ready(READY_TIMEOUT_S)
         started = time.monotonic()
-        start_producer(ctx, topic, count, rate).join()
+        start_producer(ctx, topic, count, rate, producer).join()
         produce_seconds = time.monotonic() - started
         complete = wait_received(tail, expected, done_timeout_s, running.check)
         if complete:
