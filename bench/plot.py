@@ -30,7 +30,7 @@ def plot_curve(entry: Mapping[str, Any], path: Path) -> Path:
 
     from bench.report import SYSTEM_LABELS
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    fig, ax = plt.subplots(figsize=(11, 5), dpi=110)
     series = curve_series(entry)
     for index, (name, points) in enumerate(series.items()):
         color = f"C{index}"
@@ -40,12 +40,16 @@ def plot_curve(entry: Mapping[str, Any], path: Path) -> Path:
         ax.plot(rates, [p[2] for p in points], "s--", color=color, label=f"{label}: p99")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    rates = [float(r) for r in entry.get("rates_msgs_per_s", [])]
+    if rates:
+        ax.set_xticks(rates, [f"{r:,.0f}" for r in rates])
+        ax.minorticks_off()
     ax.set_xlabel("offered load (msg/s, 1 partition)")
     ax.set_ylabel("produce -> consumer receipt (ms)")
     ax.set_title("Latency against load (10 ms consumer)")
     ax.grid(True, which="both", alpha=0.3)
     if series:
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         ax.text(0.5, 0.5, "no points measured", ha="center", transform=ax.transAxes)
     fig.tight_layout()
