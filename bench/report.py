@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+CURVE_PNG = "latency_curve.png"
 Entry = Mapping[str, Any]
+# A row for Parallel Consumer over the network; shown only for the modes it ran in.
+_OVER_HTTP = "seconds, Parallel Consumer over HTTP"
 
 # (field, label) per workload; "baselines.x" reads inside the entry's baselines.
 _ROWS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
@@ -28,6 +31,7 @@ _ROWS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
             "baselines.parallel_consumer_seconds",
             "baselines.serial_consumer_seconds",
         ),
+        (_OVER_HTTP, "", "baselines.parallel_consumer_vertx_seconds", ""),
     ),
     "hol": (
         ("fast p50 ms", "fast_p50_ms", "", "baselines.serial_consumer_fast_p50_ms"),
@@ -98,10 +102,188 @@ def markdown(report: Entry) -> str:
             continue
         rows = _ROWS.get("pc_table" if name.startswith("pc_table_") else name, ())
         for label, mine, peer, serial in rows:
+            if label == _OVER_HTTP and not _ran_over_http(entry):
+                continue
             values = [cell(field(entry, p)) if p else "" for p in (mine, peer, serial)]
             lines.append(f"| {name} | {entry['messages']} | {label} | " + " | ".join(values) + " |")
     notes = [n for e in report["workloads"] for n in entry_notes(e)]
-    return "\n".join(lines + (["", *notes] if notes else [])) + "\n"
+    lines += ["", *notes] if notes else []
+    for section in (hol_section(report), floor_section(report), curve_section(report)):
+        lines += ["", *section] if section else []
+    return "\n".join(lines) + "\n"
+
+
+def _ran_over_http(entry: Entry) -> bool:
+    base = entry.get("baselines") or {}
+    return "parallel_consumer_vertx_seconds" in base
+
+
+def find(report: Entry, name: str) -> Entry | None:
+    """The workload entry called ``name``, if the run has it."""
+    return next((e for e in report["workloads"] if e.get("name") == name), None)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    """A markdown table; the first ``left`` columns left-aligned, the others right-aligned."""
+    align = ["---"] * left + ["---:"] * (len(header) - left)
+    return [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(align) + " |",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def ms(value: Any) -> str:
+    """Milliseconds as a whole number with thousands separators (``n/a`` when missing)."""
+    return "n/a" if value is None else f"{float(value):,.0f}"
+
+
+SYSTEM_LABELS = {
+    "grpc": "siding, gRPC stream",
+    "http": "siding, HTTP webhooks",
+    "benthos": "Redpanda Connect's engine (Benthos 4.27), HTTP",
+    "parallel_consumer_vertx": "Parallel Consumer over the network (Vert.x), HTTP",
+    "siding_grpc_defaults": "siding, gRPC stream, defaults",
+    "siding_http_defaults": "siding, HTTP webhooks, defaults",
+}
+
+
+def _run_cells(run: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """(p50, p99, more than once) of one run; ``n/a`` for a run that did not happen."""
+    if not run:
+        return "n/a", "n/a", "n/a"
+    twice = str(run.get("delivered_more_than_once", "n/a"))
+    if run.get("delivered") is not None and run.get("delivered") != run.get("expected"):
+        twice += f" (delivered {run['delivered']} of {run['expected']})"
+    return ms(run.get("fast_p50_ms")), ms(run.get("fast_p99_ms")), twice
+
+
+def _split(run: Mapping[str, Any] | None) -> str:
+    if not run or run.get("redeliveries_retry_attempts") is None:
+        return "-" if not run or not run.get("redeliveries") else "not known"
+    return f"{run['redeliveries_retry_attempts']} / {run['redeliveries_same_attempt']}"
+
+
+def _system_row(label: str, route: str, data: Mapping[str, Any]) -> list[str]:
+    if data.get("error") and not data.get("with_slow"):
+        return [label, route, f"not run: {data['error']}", "", "", "", "", ""]
+    p50, p99, twice = _run_cells(data.get("with_slow"))
+    q50, q99, twice_without = _run_cells(data.get("without_slow"))
+    split = _split(data.get("with_slow"))
+    return [label, route, p50, p99, f"{q50} / {q99}", twice, twice_without, split]
+
+
+def hol_rows(report: Entry) -> list[list[str]]:
+    """One row per siding variant, the Spark floor, then each peer, on the HOL traffic."""
+    rows = []
+    for variant in (find(report, "hol") or {}).get("variants", {}).values():
+        label = SYSTEM_LABELS.get(variant.get("transport", ""), variant.get("system", "?"))
+        rows.append(_system_row(label, variant.get("route", ""), variant))
+    floor = find(report, "spark_floor")
+    if floor and floor.get("floor_path"):
+        label = f"Spark floor ({floor['floor_path']}, no dispatch)"
+        cells = f"{ms(floor.get('p50_ms'))} / {ms(floor.get('p99_ms'))}"
+        rows.append([label, "-", "", "", cells, "", "", ""])
+    for name, peer in (find(report, "hol_peers") or {}).get("peers", {}).items():
+        rows.append(_system_row(SYSTEM_LABELS.get(name, name), "-", peer))
+    return rows
+
+
+def hol_section(report: Entry) -> list[str]:
+    hol, peers = find(report, "hol"), find(report, "hol_peers")
+    if not (hol and hol.get("variants")) and not (peers and peers.get("peers")):
+        return []
+    count = (hol or peers or {}).get("messages")
+    header = [
+        "pushed by",
+        "route",
+        "fast p50 ms",
+        "fast p99 ms",
+        "no slow msgs: p50 / p99 ms",
+        "delivered more than once",
+        "... no slow msgs",
+        "redeliveries: retry attempts / same attempt",
+    ]
+    return [
+        f"### Head-of-line blocking: {count} msgs at 200 msg/s, 10 % take 2 s, the rest 10 ms",
+        "",
+        *table(header, hol_rows(report), left=2),
+        "",
+        "Tuned route: main-lane deadline 250 ms, one retry lane, trigger 200 ms; defaults: a route"
+        " with only name, topic, group and endpoint and the config's default trigger. The Spark"
+        " floor has no slow messages: compare it with the no-slow columns.",
+    ]
+
+
+def floor_section(report: Entry) -> list[str]:
+    floor = find(report, "spark_floor")
+    if not floor or not floor.get("paths"):
+        return []
+    keys = ("addBatch", "walCommit", "commitOffsets", "latestOffset", "queryPlanning")
+    header = ["executor path", "p50 ms", "p99 ms", "trigger median ms", *keys, "batches"]
+    rows = []
+    for path in floor["paths"]:
+        if "error" in path:
+            rows.append([path["path"], f"error: {path['error']}", *[""] * (len(header) - 2)])
+            continue
+        durations = path.get("duration_ms_median") or {}
+        rows.append(
+            [
+                path["path"],
+                ms(path.get("p50_ms")),
+                ms(path.get("p99_ms")),
+                ms(path.get("trigger_median_ms")),
+                *(ms(durations.get(k)) for k in keys),
+                str(path.get("batches", "")),
+            ]
+        )
+    return [
+        f"### Spark floor: {floor['messages']} msgs at 200 msg/s, local[2], trigger 0 s, a"
+        " Python step that only notes arrival",
+        "",
+        *table(header, rows),
+    ]
+
+
+def curve_table(entry: Entry) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: one row per system, one ``p50 / p99`` cell per rate."""
+    rates = [float(r) for r in entry.get("rates_msgs_per_s", [])]
+    header = ["pushed by", *(f"{r:,.0f} msg/s" for r in rates)]
+    rows = []
+    for name, curve in entry.get("curves", {}).items():
+        label = SYSTEM_LABELS.get(name, name)
+        if curve.get("points") is None:
+            rows.append([label, f"not run: {curve.get('error')}", *[""] * (len(rates) - 1)])
+            continue
+        by_rate = {float(p["rate_msgs_per_s"]): p for p in curve["points"]}
+        rows.append([label, *(_curve_cell(by_rate.get(r)) for r in rates)])
+    return header, rows
+
+
+def _curve_cell(point: Mapping[str, Any] | None) -> str:
+    if point is None:
+        return "n/a"
+    if "error" in point:
+        return f"error: {point['error']}"
+    text = f"{ms(point.get('p50_ms'))} / {ms(point.get('p99_ms'))}"
+    if not point.get("complete", True):
+        text += f" ({point.get('delivered')} of {point.get('messages')} delivered)"
+    return text
+
+
+def curve_section(report: Entry) -> list[str]:
+    entry = find(report, "latency_curve")
+    if not entry or not entry.get("curves"):
+        return []
+    header, rows = curve_table(entry)
+    return [
+        f"### Latency against load: fast p50 / p99 ms, 10 ms consumer, 1 partition,"
+        f" {entry.get('seconds_per_point')} s of traffic per point",
+        "",
+        *table(header, rows),
+        "",
+        f"![latency against load]({CURVE_PNG})",
+    ]
 
 
 def entry_notes(entry: Entry) -> list[str]:
@@ -110,6 +292,9 @@ def entry_notes(entry: Entry) -> list[str]:
     notes = [f"{name}: {note}" for note in entry.get("notes", [])]
     if base.get("parallel_consumer_error"):
         notes.append(f"{name}: Parallel Consumer not run: {base['parallel_consumer_error']}")
+    if base.get("parallel_consumer_vertx_error"):
+        error = base["parallel_consumer_vertx_error"]
+        notes.append(f"{name}: Parallel Consumer over the network not run: {error}")
     if base.get("serial_consumer_extrapolated"):
         measured = base.get("serial_consumer_measured_messages")
         window = base.get("serial_consumer_window_s")
@@ -133,4 +318,9 @@ def write(report: Entry, folder: Path = RESULTS) -> list[Path]:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(content)
         tmp.replace(path)
+    curve = find(report, "latency_curve")
+    if curve and curve.get("curves"):
+        from bench.plot import plot_curve
+
+        paths.append(plot_curve(curve, folder / CURVE_PNG))
     return paths

@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.workloads import cost, hol, partition_scalability, pc_table, poison_pills
+from bench.workloads import (
+    cost,
+    hol,
+    hol_peers,
+    latency_curve,
+    partition_scalability,
+    pc_table,
+    poison_pills,
+    spark_floor,
+)
 from bench.workloads.context import BenchContext, scale_from_env
 from siding.devkit.broker import EmbeddedKafka
 from siding.pipeline.session import build_session
@@ -32,6 +41,9 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "partition_scalability": partition_scalability.run,
         "pc_table": pc_table.run,
         "hol": hol.run,
+        "spark_floor": spark_floor.run,
+        "hol_peers": hol_peers.run,
+        "latency_curve": latency_curve.run,
         "poison_pills": poison_pills.run,
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from siding.devkit.harness import PipelineRun
 from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SCALE_ENV = "SIDING_BENCH_SCALE"
+Transport = Literal["grpc", "http"]
 
 
 def scale_from_env(env: Mapping[str, str] = os.environ) -> float:
@@ -52,29 +53,49 @@ class BenchContext:
         return self.workdir / f"{label}-{uuid.uuid4().hex[:6]}.csv"
 
     @contextlib.contextmanager
-    def sim(self, behaviour: Behaviour, record: Path) -> Iterator[SimConsumerProcess]:
-        """A simulated consumer (gRPC) in its own process, recording every delivery."""
-        with SimConsumerProcess(SimSettings(behaviour=behaviour, record=str(record))) as sim:
+    def sim(
+        self, behaviour: Behaviour, record: Path, transport: Transport = "grpc"
+    ) -> Iterator[SimConsumerProcess]:
+        """A simulated consumer (gRPC or HTTP) in its own process, recording every delivery."""
+        settings = SimSettings(transport=transport, behaviour=behaviour, record=str(record))
+        with SimConsumerProcess(settings) as sim:
             yield sim
 
     def pipeline(self, topic: str, target: str, **route: object) -> PipelineRun:
         """siding's real pipeline over ``topic``, pushing to the gRPC consumer at ``target``;
         a new route (group, checkpoints) every time, so topics can be read again."""
+        return self.route_run(topic, target, route)
+
+    def route_run(
+        self,
+        topic: str,
+        target: str,
+        route: Mapping[str, object] | None,
+        transport: Transport = "grpc",
+    ) -> PipelineRun:
+        """Like ``pipeline``, to the consumer at ``target`` (``host:port``) over ``transport``.
+
+        ``route=None`` is the defaults: a route with only name, topic, group and endpoint, and
+        the config's default trigger, as a new user would start.
+        """
         name = f"{topic.removeprefix('bench-')}-{uuid.uuid4().hex[:4]}"
+        endpoint = f"grpc://{target}" if transport == "grpc" else f"http://{target}/"
         settings: dict[str, object] = {
             "name": name,
             "topic": topic,
             "group": f"{name}-group",
-            "endpoint": f"grpc://{target}",
-            "dlq_flood_min_batch": 1_000_000,
+            "endpoint": endpoint,
         }
-        settings.update(route)
+        if route is not None:
+            settings["dlq_flood_min_batch"] = 1_000_000
+            settings.update(route)
         return PipelineRun.from_route(
             self.bootstrap,
             settings,
             checkpoint_dir=self.workdir / f"checkpoints-{name}",
             spark=self.spark,
             master=self.master,
+            trigger=None if route is None else "200ms",
         )
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from siding.devkit.sim_consumer import Behaviour, Received, plan
 
@@ -75,3 +78,73 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return round(a / b, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliveries:
+    """Receipts beyond each message's first, as the consumer saw them.
+
+    ``retry_attempts`` carried an attempt number the consumer had not seen for that message (a
+    retry lane's attempt); ``same_attempt`` repeated one it had (the same attempt sent again).
+    """
+
+    messages: int
+    receipts: int
+    retry_attempts: int
+    same_attempt: int
+
+
+def redeliveries(records: Iterable[Received], ids: set[str] | None = None) -> Redeliveries:
+    """Messages received twice or more (every attempt counts), and their extra receipts."""
+    by_id: dict[str, list[Received]] = defaultdict(list)
+    for r in records:
+        if ids is None or r.delivery_id in ids:
+            by_id[r.delivery_id].append(r)
+    messages = retry_attempts = same_attempt = 0
+    for receipts in by_id.values():
+        if len(receipts) < 2:
+            continue
+        messages += 1
+        ordered = sorted(receipts, key=lambda r: (r.received_s, r.attempt))
+        seen = {ordered[0].attempt}
+        for r in ordered[1:]:
+            if r.attempt in seen:
+                same_attempt += 1
+            else:
+                retry_attempts += 1
+                seen.add(r.attempt)
+    return Redeliveries(messages, retry_attempts + same_attempt, retry_attempts, same_attempt)
+
+
+def rounded_percentile(values: Sequence[float], q: float) -> float | None:
+    """``percentile`` to 0.1, or None for no values."""
+    return round(percentile(values, q), 1) if values else None
+
+
+def delivery_summary(
+    records: Sequence[Received],
+    *,
+    fast: set[str],
+    expected: set[str],
+    attempts_known: bool = True,
+) -> dict[str, Any]:
+    """Fast messages' latency percentiles and what was delivered more than once, for one run.
+
+    ``expected``: the ids of the measured traffic; ``fast``: those expected to be quick.
+    ``attempts_known`` is False for a system that does not tell the consumer its attempt: its
+    redeliveries are counted, not split.
+    """
+    lat = latencies_ms(records, fast)
+    again = redeliveries(records, expected)
+    delivered = len(expected.intersection(first_receipts(records)))
+    return {
+        "fast_p50_ms": rounded_percentile(lat, 50),
+        "fast_p99_ms": rounded_percentile(lat, 99),
+        "fast_messages": len(lat),
+        "delivered": delivered,
+        "expected": len(expected),
+        "delivered_more_than_once": again.messages,
+        "redeliveries": again.receipts,
+        "redeliveries_retry_attempts": again.retry_attempts if attempts_known else None,
+        "redeliveries_same_attempt": again.same_attempt if attempts_known else None,
+    }

@@ -33,13 +33,21 @@ class Mode:
     keys: int | None
     pc_mode: str
     route: dict[str, object]
+    # Parallel Consumer over the network too (the issue compares these modes with it).
+    vertx: bool = False
 
 
 # siding has no partition-order mode: one record in flight on the one partition is exactly it.
 MODES = (
-    Mode("pc_table_unordered", None, "UNORDERED", {"max_in_flight": CONCURRENCY}),
+    Mode("pc_table_unordered", None, "UNORDERED", {"max_in_flight": CONCURRENCY}, vertx=True),
     Mode("pc_table_key10", 10, "KEY", {"max_in_flight": CONCURRENCY, "ordering": "key"}),
-    Mode("pc_table_key10000", 10_000, "KEY", {"max_in_flight": CONCURRENCY, "ordering": "key"}),
+    Mode(
+        "pc_table_key10000",
+        10_000,
+        "KEY",
+        {"max_in_flight": CONCURRENCY, "ordering": "key"},
+        vertx=True,
+    ),
     Mode("pc_table_partition", None, "PARTITION", {"max_in_flight": 1}),
 )
 
@@ -57,6 +65,34 @@ def _siding(ctx: BenchContext, topic: str, count: int, mode: Mode) -> tuple[floa
     if len(received) != count:
         raise RuntimeError(f"{mode.entry}: consumer saw {len(received)} of {count} messages")
     return done_span_s(received.values(), planned_delay(BEHAVIOUR)), to_commit
+
+
+def _vertx(
+    ctx: BenchContext, classpath: str, topic: str, count: int, mode: Mode
+) -> dict[str, object]:
+    """Parallel Consumer over the network: HTTP to the simulated consumer (0-5 ms), the span
+    measured at the consumer as for siding."""
+    record = ctx.record_file(f"{mode.entry}-vertx")
+    with ctx.sim(BEHAVIOUR, record, transport="http") as sim:
+        got = pc.run_vertx(
+            classpath,
+            ctx.bootstrap,
+            topic,
+            sim.url,
+            mode=mode.pc_mode,
+            concurrency=CONCURRENCY,
+            count=count,
+        )
+    received = first_receipts(read_records(record))
+    if len(received) != count:
+        raise pc.PeerUnavailable(f"consumer saw {len(received)} of {count} messages")
+    return {
+        "parallel_consumer_vertx_seconds": round(
+            done_span_s(received.values(), planned_delay(BEHAVIOUR)), 3
+        ),
+        "parallel_consumer_vertx_seconds_own": round(got.seconds, 3),
+        "parallel_consumer_vertx_seconds_with_start": round(got.total_seconds, 3),
+    }
 
 
 def _serial(ctx: BenchContext, topic: str, count: int) -> tuple[float, int, float]:
@@ -109,6 +145,18 @@ def run(ctx: BenchContext) -> list[dict[str, Any]]:
                 }
             except (pc.PeerUnavailable, OSError) as exc:
                 peer = {"parallel_consumer_seconds": None, "parallel_consumer_error": str(exc)}
+        if mode.vertx:
+            try:
+                if classpath is None:
+                    raise pc.PeerUnavailable(str(build_error))
+                peer.update(_vertx(ctx, classpath, topic, count, mode))
+            except Exception as exc:  # recorded, never made up
+                peer.update(
+                    {
+                        "parallel_consumer_vertx_seconds": None,
+                        "parallel_consumer_vertx_error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
         entries.append(
             {
                 "name": mode.entry,
@@ -127,6 +175,11 @@ def run(ctx: BenchContext) -> list[dict[str, Any]]:
                     "concurrency": CONCURRENCY,
                     "processing_ms": [0, MAX_SLEEP_MS],
                     "siding_route": mode.route,
+                    "parallel_consumer_vertx": (
+                        "HTTP to the simulated consumer (0-5 ms), maxConcurrency 100"
+                        if mode.vertx
+                        else None
+                    ),
                 },
             }
         )

@@ -45,20 +45,20 @@ def config_text(
     *,
     checkpoint_dir: str | Path,
     master: str = "local[2]",
-    trigger: str = "200ms",
+    trigger: str | None = "200ms",
     kafka_client: Mapping[str, object] | None = None,
 ) -> str:
+    """A siding.toml for one route; ``trigger=None`` leaves the trigger at the config's default."""
     lines = ["[kafka]", f"bootstrap = {toml_value(bootstrap)}"]
     lines += [f"{json.dumps(k)} = {toml_value(v)}" for k, v in (kafka_client or {}).items()]
     lines += [
         "[spark]",
         f"master = {toml_value(master)}",
         f"checkpoint_dir = {toml_value(str(checkpoint_dir))}",
-        f"trigger = {toml_value(trigger)}",
-        "[control]",
-        'listen = ""',
-        "[[route]]",
     ]
+    if trigger is not None:
+        lines.append(f"trigger = {toml_value(trigger)}")
+    lines += ["[control]", 'listen = ""', "[[route]]"]
     tables = {k: v for k, v in route.items() if isinstance(v, Mapping)}
     lines += [f"{k} = {toml_value(v)}" for k, v in route.items() if k not in tables]
     for name, table in tables.items():
@@ -120,14 +120,17 @@ class PipelineRun:
         checkpoint_dir: str | Path,
         spark: SparkSession | None = None,
         kafka_client: Mapping[str, object] | None = None,
-        **spark_settings: str,
+        master: str = "local[2]",
+        trigger: str | None = "200ms",
     ) -> PipelineRun:
+        """A run of one route; ``trigger=None`` keeps the config's default trigger."""
         text = config_text(
             bootstrap,
             route,
             checkpoint_dir=checkpoint_dir,
             kafka_client=kafka_client,
-            **spark_settings,
+            master=master,
+            trigger=trigger,
         )
         return cls(parse_config(text), spark)
 
