@@ -23,14 +23,17 @@ class TopicTail:
                 **client_conf,
                 "group.id": f"siding-tail-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
-                "enable.partition.eof": False,
+                # The end is told by an event: compaction leaves gaps, so offsets cannot tell it.
+                "enable.partition.eof": True,
             }
         )
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self._next = 0
 
     def read_new(self, timeout_s: float = 30.0) -> list[tuple[bytes, bytes | None]]:
-        _, high = watermarks(self._consumer, self.topic, 0)
+        low, high = watermarks(self._consumer, self.topic, 0)
+        # Compaction and retention may have removed everything before ``low``.
+        self._next = max(self._next, low)
         out: list[tuple[bytes, bytes | None]] = []
         deadline = time.monotonic() + timeout_s
         while self._next < high:
@@ -42,7 +45,8 @@ class TopicTail:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    continue
+                    self._next = max(self._next, message.offset() or 0)
+                    break
                 raise KafkaAdminError(f"reading {self.topic}: {error.str()}")
             self._next = (message.offset() or 0) + 1
             key, value = message.key(), message.value()
