@@ -150,6 +150,9 @@ class BreakerConfig(BaseModel):
         return self
 
 
+GRPC_DEFAULT_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
 class ParkConfig(BaseModel):
     """``[route.park]``: a call still running when the rest of its batch is done outlives the
     batch (docs/parking.md): the last calls of a batch once the answers went quiet for
@@ -198,6 +201,7 @@ class RouteConfig(BaseModel):
     lanes: tuple[LaneConfig, ...] = Field(default=(), max_length=MAX_LANES)
     dlq: str | None = None
     max_retry_after: Duration = 600.0
+    max_message_bytes: Count | None = Field(default=None, ge=1)
     dlq_flood_ratio: Number = Field(default=0.5, ge=0, le=1)
     dlq_flood_min_batch: Count = Field(default=20, ge=1)
     auth: AuthConfig = AuthConfig()
@@ -266,6 +270,14 @@ class RouteConfig(BaseModel):
         if self.adaptive.min_in_flight > self.max_in_flight:
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         return self
+
+    @property
+    def message_limit(self) -> int:
+        """Records larger than this go to the DLQ unsent; 0 is no limit. gRPC consumers keep
+        gRPC's default 4 MiB receive limit unless they raise it; HTTP servers answer 413."""
+        if self.max_message_bytes is not None:
+            return self.max_message_bytes
+        return GRPC_DEFAULT_MESSAGE_BYTES if self.endpoint[0].is_grpc else 0
 
     @property
     def parks(self) -> bool:

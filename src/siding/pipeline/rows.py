@@ -95,6 +95,28 @@ def retry_lane_delivery(row: Sequence[Any]) -> Incoming:
     )
 
 
+# Field tags, lengths and the id/topic strings of a Delivery message, beyond its payload.
+_ENVELOPE_BYTES = 1024
+
+
+def wire_size(delivery: Delivery) -> int:
+    """About what ``delivery`` takes on the wire (never less): payload, key, headers, envelope."""
+    headers = sum(len(name) + len(value) + 8 for name, value in delivery.headers)
+    key = len(delivery.key or b"")
+    return len(delivery.value or b"") + key + headers + len(delivery.id) * 2 + _ENVELOPE_BYTES
+
+
+def too_large(item: Incoming, limit: int) -> str:
+    """Why ``item`` cannot be delivered for its size ("" when it can, or ``limit`` is 0)."""
+    size = wire_size(item.delivery)
+    if not limit or size <= limit:
+        return ""
+    return (
+        f"message too large: {size} bytes is more than max_message_bytes={limit}"
+        " (the consumer's transport would refuse it)"
+    )
+
+
 def incoming(rows: Iterable[Sequence[Any]], lane: int) -> list[Incoming]:
     convert = main_lane_delivery if lane == 0 else retry_lane_delivery
     return [convert(row) for row in rows]

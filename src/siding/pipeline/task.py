@@ -31,7 +31,7 @@ from siding.model import LaneHop
 from siding.pipeline.keystate import ParkEvent
 from siding.pipeline.parked import Adoption
 from siding.pipeline.plan import TaskPlan
-from siding.pipeline.rows import Incoming, incoming
+from siding.pipeline.rows import Incoming, incoming, too_large
 from siding.pipeline.worker import runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.producer import OutRecord
@@ -122,6 +122,16 @@ def _malformed(items: Sequence[Incoming]) -> list[Settled]:
     return [Settled(Work(i.delivery), ToDlq(i.malformed)) for i in items if i.malformed]
 
 
+def screen(items: Sequence[Incoming], limit: int) -> list[Incoming]:
+    """Items that cannot be delivered get ``malformed`` set: garbled lane records keep their
+    reason, and records larger than the route's ``max_message_bytes`` are dead-lettered unsent
+    (a consumer's transport refusing them would look like an outage and loop for ever)."""
+    return [
+        i if i.malformed or not (reason := too_large(i, limit)) else replace(i, malformed=reason)
+        for i in items
+    ]
+
+
 def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Incoming]:
     """Lane records due later than the lane's own delay from now (a consumer's long
     Retry-After): they go back to the lane instead of holding this batch and the ones after it."""
@@ -134,7 +144,7 @@ def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Inco
 def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
     began = time.monotonic()
-    items = incoming(rows, plan.lane)
+    items = screen(incoming(rows, plan.lane), plan.route.message_limit)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
     later = not_due(plan, items, int(time.time() * 1000))

@@ -34,7 +34,11 @@ def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int)
         from siding.transport.grpc_unary import GrpcUnaryTransport
 
         kind = GrpcStreamTransport if route.transport == "stream" else GrpcUnaryTransport
-        return kind(endpoint.grpc_target, tls=endpoint.tls, token=token, client_tls=tls)
+        limit = route.message_limit
+        options = (("grpc.max_send_message_length", limit),) if limit else ()
+        return kind(
+            endpoint.grpc_target, tls=endpoint.tls, token=token, client_tls=tls, options=options
+        )
     from siding.transport.http import HttpTransport
 
     return HttpTransport(

@@ -39,6 +39,7 @@ _GRPC_DEAD = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
+_TOO_LARGE = "larger than max"
 # ALREADY_EXISTS: the consumer has processed this delivery id before; that is done.
 _GRPC_ACK = frozenset({grpc.StatusCode.OK, grpc.StatusCode.ALREADY_EXISTS})
 
@@ -65,6 +66,10 @@ def outcome_from_grpc(
         return ACK
     if code in _GRPC_DEAD:
         return Outcome(OutcomeKind.DEAD, reason)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details.lower():
+        # gRPC's own size limit ("Received message larger than max"): this message will never
+        # fit, however long we wait; every other RESOURCE_EXHAUSTED means "slow down".
+        return Outcome(OutcomeKind.DEAD, f"message too large: {reason}")
     if code in _GRPC_BACKOFF or code in _GRPC_MISCONFIGURED:
         return Outcome(OutcomeKind.BACKOFF, reason)
     # DEADLINE_EXCEEDED and everything else (UNKNOWN, INTERNAL, ABORTED): retry lane.
@@ -89,6 +94,8 @@ def outcome_from_http(
         return Outcome(OutcomeKind.BACKOFF, f"{reason}: endpoint refused our credentials")
     if status == 408 or status >= 500:
         return Outcome(OutcomeKind.RETRY, reason)
+    if status == 413:
+        return Outcome(OutcomeKind.DEAD, f"{reason}: message too large for the endpoint")
     if 400 <= status < 500:
         return Outcome(OutcomeKind.DEAD, reason)
     return Outcome(OutcomeKind.RETRY, f"{reason}: unexpected status")
