@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from siding.devkit.broker import EmbeddedKafka
@@ -27,7 +28,8 @@ def test_the_store_reads_new_settlements_and_forgets_with_tombstones(
     try:
         write = producer.write
         ack, dead = Outcome(OutcomeKind.ACK), Outcome(OutcomeKind.DEAD, "bad")
-        write([settlement.settlement_record(topic, Settlement(t, ack, 1)) for t in ("a", "b")])
+        now_ms = int(time.time() * 1000)
+        write([settlement.settlement_record(topic, Settlement(t, ack, now_ms)) for t in "ab"])
         tail = TopicTail(conf, topic)
         try:
             store = SettlementStore(topic, tail.read_new, write)
@@ -35,7 +37,7 @@ def test_the_store_reads_new_settlements_and_forgets_with_tombstones(
             store.catch_up()
             assert set(store.snapshot()) == {"a", "b"}
             assert tail.read_new() == []  # nothing new: returns at once
-            write([settlement.settlement_record(topic, Settlement("c", dead, 2))])
+            write([settlement.settlement_record(topic, Settlement("c", dead, now_ms))])
             store.forget(["a"])
             store.catch_up()
             # Then it holds what the topic says now

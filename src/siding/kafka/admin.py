@@ -76,6 +76,22 @@ def existing_topics(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, in
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
+def topic_config(admin: AdminClient, topic: str, key: str, timeout_s: float = 10.0) -> str | None:
+    """One config value of ``topic`` as the broker reports it (``None`` when it has none)."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, unstubbed
+        ConfigResource,
+        ResourceType,
+    )
+
+    def fetch() -> str | None:
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result()
+        entry = entries.get(key)
+        return None if entry is None or entry.value is None else str(entry.value)
+
+    return with_retries(fetch)
+
+
 def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> None:
     """Create the topics that are missing; an existing topic is left as it is."""
     present = existing_topics(admin)

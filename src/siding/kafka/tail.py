@@ -45,8 +45,12 @@ class TopicTail:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    # An end reached by an earlier call may still be queued: only this one's
+                    # end (at least the high watermark read above) ends the read.
                     self._next = max(self._next, message.offset() or 0)
-                    break
+                    if self._next >= high:
+                        break
+                    continue
                 raise KafkaAdminError(f"reading {self.topic}: {error.str()}")
             self._next = (message.offset() or 0) + 1
             key, value = message.key(), message.value()

@@ -19,6 +19,7 @@ from siding.kafka.admin import (
     committed_offsets,
     ensure_topics,
     existing_topics,
+    topic_config,
 )
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
@@ -155,11 +156,14 @@ class Application:
         if route.topic not in present:
             raise RouteFailed(f"route {route.name}: source topic {route.topic} does not exist")
         partitions = present[route.topic]
-        specs = [TopicSpec(t, partitions) for t in naming.route_lane_topics(route)]
-        specs.append(TopicSpec(naming.route_dlq(route), partitions))
+        # Lanes, the DLQ and the park topic carry the source's records whole: as large as it.
+        size = topic_config(admin, route.topic, "max.message.bytes")
+        carry = {"max.message.bytes": size} if size else {}
+        specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
+        specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
         if route.parks:
-            specs.append(TopicSpec(naming.park_topic(route.name), partitions))
+            specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
             specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
         ensure_topics(admin, specs)
         return partitions

@@ -19,12 +19,17 @@ class OutRecord:
     headers: Headers
 
 
+MAX_RECORD_BYTES = 100 * 1024 * 1024
+
+
 def durable_producer_conf(client_conf: Mapping[str, object]) -> dict[str, object]:
     """The user's client settings plus what durability requires (those cannot be overridden)."""
     conf: dict[str, object] = {
         "linger.ms": 5,
         "compression.type": "lz4",
         "message.timeout.ms": 60_000,
+        # Lane and DLQ records carry source records whole; the topic's own limit still applies.
+        "message.max.bytes": MAX_RECORD_BYTES,
     }
     conf.update(client_conf)
     conf.update(
