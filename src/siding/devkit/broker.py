@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -48,9 +48,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 chars).
+
+    Never one that starts with ``-`` (one in 64 would): the storage tool would read it as an
+    option. Kafka's own id generator draws again in that case too."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def server_properties(
