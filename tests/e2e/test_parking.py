@@ -16,6 +16,7 @@ from siding.devkit.harness import PipelineRun
 from siding.devkit.sim_consumer import Behaviour, Fate, plan, read_records
 from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
+from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
 
 if TYPE_CHECKING:
@@ -101,3 +102,47 @@ def test_slow_calls_are_parked_and_settled_by_their_own_answers(
         assert letter.story is not None
         assert letter.story.attempt == 1
         assert "dead" in letter.story.reason.lower() or "sim" in letter.story.reason.lower()
+
+
+def test_parked_records_are_finished_after_parking_is_turned_off(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    sim_consumer: SimFactory,
+) -> None:
+    # Given a run that parked 3 s calls, committed, and stopped before they answered
+    count = 100
+    topic = topic_name("park-off")
+    produce(kafka.bootstrap, topic, count)
+    sim, received_file = sim_consumer(latency_s=(0.005, 0.01), slow_ratio=0.2, slow_latency_s=3.0)
+    route: dict[str, Any] = {
+        "name": topic[-80:],
+        "topic": topic,
+        "group": f"{topic}-group",
+        "endpoint": f"grpc://{sim.target}",
+        "deadline": "4s",
+        "park": {"ceiling": "200ms"},
+    }
+    checkpoints = tmp_path / "ckpt"
+    with PipelineRun.from_route(
+        kafka.bootstrap, route, checkpoint_dir=checkpoints, spark=spark
+    ) as run:
+        run.wait_committed({0: count}, timeout_s=120)
+        parked = run.totals.parked
+    assert parked > 0
+    # When the route runs again with parking turned off
+    route["park"] = {"enabled": False}
+    park_topic = naming.park_topic(route["name"])
+    with PipelineRun.from_route(
+        kafka.bootstrap, route, checkpoint_dir=checkpoints, spark=spark
+    ) as run:
+        # Then its park lane still runs, and finishes every parked record
+        def park_lane_done() -> bool:
+            end = watermarks_of(run.client_conf, park_topic)
+            return bool(end) and run.committed(park_topic) == end
+
+        wait_until(park_lane_done, timeout_s=90, what="the park lane at its end", check=run.check)
+    received = read_records(received_file)
+    assert {r.delivery_id for r in received} == {delivery_id(topic, 0, o) for o in range(count)}
+    assert not run.dead_letters()

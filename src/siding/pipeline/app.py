@@ -63,6 +63,7 @@ class Application:
     _listener: Any = None
     _producers: list[DurableProducer] = field(default_factory=list)
     _tails: list[TopicTail] = field(default_factory=list)
+    _present: set[str] = field(default_factory=set)
 
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
@@ -116,7 +117,9 @@ class Application:
                 self._start_query(
                     route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
                 )
-            if route.parks:
+            # Parked records left from when the route parked are finished even if it no longer
+            # does (parking turned off, key mode): the main lane committed past them.
+            if route.parks or naming.park_topic(route.name) in self._present:
                 targets[naming.query_name(route.name, naming.PARK_LANE)] = CommitTarget(
                     route.group, naming.park_topic(route.name)
                 )
@@ -153,6 +156,7 @@ class Application:
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
+        self._present.update(present)
         if route.topic not in present:
             raise RouteFailed(f"route {route.name}: source topic {route.topic} does not exist")
         partitions = present[route.topic]
@@ -162,7 +166,7 @@ class Application:
         specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
-        if route.parks:
+        if route.parks or naming.park_topic(route.name) in present:
             specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
             specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
         ensure_topics(admin, specs)
