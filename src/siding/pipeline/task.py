@@ -193,17 +193,25 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     reasons: Counter[str] = Counter(
         s.step.reason.split(":")[0] for s in dead if isinstance(s.step, ToDlq)
     )
-    return TaskResult(
-        records=len(settled),
-        acked=sum(1 for s in settled if isinstance(s.step, Done)),
-        to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
-        to_dlq=len(dead),
+    return tally(
+        settled,
         parked=len(report.parked),
         stats=report.stats,
         park_events=park_events(plan, settled),
         dead_reasons=dict(reasons),
+    )
+
+
+def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
+    """A task's result: its records counted by step, plus ``extra`` fields."""
+    return TaskResult(
+        records=len(settled),
+        acked=sum(1 for s in settled if isinstance(s.step, Done)),
+        to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
+        to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
         pid=os.getpid(),
         host=socket.gethostname(),
+        **extra,
     )
 
 

@@ -14,6 +14,11 @@ def origin_of(delivery: Delivery) -> story.Origin:
     return story.Origin(delivery.topic, delivery.partition, delivery.offset, delivery.timestamp_ms)
 
 
+def _carry(topic: str, delivery: Delivery, told: story.StoryHeaders) -> OutRecord:
+    """``delivery``'s key, value and user headers, with its story, bound for ``topic``."""
+    return OutRecord(topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told)))
+
+
 def _hops(
     delivery: Delivery, before: tuple[LaneHop, ...], now_ms: int, reason: str
 ) -> tuple[LaneHop, ...]:
@@ -40,12 +45,7 @@ def lane_record(
         reason=step.reason,
         route=route,
     )
-    return OutRecord(
-        lane_topic(step.lane),
-        delivery.key,
-        delivery.value,
-        (*delivery.headers, *story.encode(told)),
-    )
+    return _carry(lane_topic(step.lane), delivery, told)
 
 
 def dlq_record(
@@ -68,9 +68,7 @@ def dlq_record(
         died_at_ms=now_ms,
         route=route,
     )
-    return OutRecord(
-        dlq_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
-    )
+    return _carry(dlq_topic, delivery, told)
 
 
 def requeue_record(
@@ -91,12 +89,7 @@ def requeue_record(
         reason=hops[-1].reason if hops else "",
         route=route,
     )
-    return OutRecord(
-        lane_topic(delivery.lane),
-        delivery.key,
-        delivery.value,
-        (*delivery.headers, *story.encode(told)),
-    )
+    return _carry(lane_topic(delivery.lane), delivery, told)
 
 
 def park_record(
@@ -120,6 +113,4 @@ def park_record(
         route=route,
         park_token=token,
     )
-    return OutRecord(
-        park_topic, delivery.key, delivery.value, (*delivery.headers, *story.encode(told))
-    )
+    return _carry(park_topic, delivery, told)
