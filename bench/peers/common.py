@@ -4,13 +4,14 @@ peer program running in its own process while the benchmark produces traffic."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from siding.devkit.process import stop_process
 
 
 class PeerUnavailable(Exception):
@@ -100,10 +101,5 @@ class PeerProcess:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc, timeout_s)

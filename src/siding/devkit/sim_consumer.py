@@ -16,7 +16,6 @@ import math
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from typing import Literal, Protocol
 from aiohttp import web
 
 from siding.consumer import ConsumerServer, Reply, ack, dead, retry
+from siding.devkit.process import stop_process
 from siding.errors import SidingError
 from siding.model import Delivery
 
@@ -505,13 +505,7 @@ class SimConsumerProcess:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout_s)
         if proc.stdout is not None:
             proc.stdout.close()
 
