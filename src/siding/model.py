@@ -73,12 +73,15 @@ class OutcomeKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """``no_answer``: the endpoint said nothing within the deadline (a timeout)."""
+    """``no_answer``: the endpoint said nothing within the deadline (a timeout). ``lost``: the
+    connection broke after the delivery went out (a BACKOFF): the consumer may have died on this
+    very message, so the dispatcher treats it as a suspect (docs/dispatch.md, "Suspects")."""
 
     kind: OutcomeKind
     reason: str = ""
     retry_after_s: float | None = None
     no_answer: bool = False
+    lost: bool = False
 
     @property
     def is_failure_signal(self) -> bool:

@@ -444,7 +444,7 @@ def test_a_transport_whose_loop_ended_without_close_starts_afresh(refused_url: s
         gc.collect()
 
 
-async def test_a_consumer_that_dies_on_the_request_sends_it_to_a_retry_lane() -> None:
+async def test_a_consumer_that_dies_on_the_request_makes_it_a_suspect() -> None:
     # Given a server that reads the request and then drops the connection without answering
     # (a consumer process crashing on this very message)
     async def crash(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -460,6 +460,6 @@ async def test_a_consumer_that_dies_on_the_request_sends_it_to_a_retry_lane() ->
         await transport.close()
         server.close()
         await server.wait_closed()
-    # Then it is not redelivered in place forever (BACKOFF) but moves on (RETRY)
-    assert outcome.kind is OutcomeKind.RETRY
-    assert "connection lost after sending" in outcome.reason
+    # Then no attempt is spent (BACKOFF), and the dispatcher is told to suspect it
+    assert outcome.kind is OutcomeKind.BACKOFF and outcome.lost
+    assert "consumer lost after sending" in outcome.reason

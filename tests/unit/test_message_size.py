@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -12,8 +13,9 @@ from siding.config import parse_config
 from siding.model import Delivery, OutcomeKind, delivery_id
 from siding.pipeline.rows import Incoming, wire_size
 from siding.pipeline.task import screen
+from siding.transport.grpc_stream import GrpcStreamTransport, stream_ended
 from siding.transport.grpc_unary import GrpcUnaryTransport
-from siding.transport.outcomes import outcome_from_grpc, outcome_from_http
+from siding.transport.outcomes import outcome_from_grpc, outcome_from_http, oversize
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 MiB = 1024 * 1024
@@ -112,3 +114,69 @@ async def test_a_consumer_with_grpcs_default_receive_limit_refuses_a_6_mib_deliv
     assert big.kind is OutcomeKind.DEAD, big
     assert "too large" in big.reason
     assert small.kind is OutcomeKind.ACK
+
+
+class SlowAck(AckAll):
+    async def DeliverStream(
+        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], _context: Context
+    ) -> AsyncIterator[consumer_pb2.Result]:
+        async for request in request_iterator:
+            await asyncio.sleep(0.3)  # still out when the big one arrives
+            yield consumer_pb2.Result(delivery_id=request.id, verdict=consumer_pb2.VERDICT_ACK)
+
+
+async def test_on_the_stream_only_the_delivery_the_consumer_refused_for_its_size_is_dead() -> None:
+    # Given a stream consumer with a 1 MiB receive limit and siding's own limit above it
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MiB)])
+    consumer_pb2_grpc.add_ConsumerServicer_to_server(SlowAck(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    transport = GrpcStreamTransport(f"127.0.0.1:{port}")
+    try:
+        # When a small delivery is out and a 2 MiB one follows (the consumer breaks the stream)
+        small = asyncio.create_task(transport.send(item(1, 10).delivery, 10))
+        await asyncio.sleep(0.05)
+        big = await transport.send(item(2, 2 * MiB).delivery, 10)
+        first = await small
+        again = await transport.send(item(1, 10).delivery, 10)
+    finally:
+        await transport.close()
+        await server.stop(0)
+    # Then the big one is DEAD with both sizes; the small one is answered or sent again, never
+    # suspected (the culprit is known)
+    assert big.kind is OutcomeKind.DEAD, big
+    assert "too large" in big.reason and f"accepts at most {MiB}" in big.reason
+    assert first.kind in (OutcomeKind.ACK, OutcomeKind.BACKOFF) and not first.lost
+    assert again.kind is OutcomeKind.ACK
+
+
+def test_a_broken_stream_suspects_only_what_was_written() -> None:
+    cause = "stream broke: grpc UNAVAILABLE: Socket closed"
+    written, unsent = stream_ended(cause, [(True, 10), (False, 12)])
+    assert written.lost and written.kind is OutcomeKind.BACKOFF
+    assert not unsent.lost and unsent.kind is OutcomeKind.BACKOFF
+    # ... and nothing when we closed it ourselves, or it never connected
+    assert not any(o.lost for o in stream_ended(cause, [(True, 10)], ours=True))
+    refused = "grpc UNAVAILABLE: failed to connect to all addresses; Connection refused"
+    assert not any(o.lost for o in stream_ended(refused, [(True, 10)]))
+
+
+def test_a_size_refusal_that_matches_no_delivery_suspects_what_was_written() -> None:
+    cause = "grpc RESOURCE_EXHAUSTED: Received message larger than max (999 vs. 100)"
+    assert [o.lost for o in stream_ended(cause, [(True, 10), (True, 12)])] == [True, True]
+    assert oversize(cause) == (999, 100)
+
+
+@pytest.mark.parametrize(
+    ("details", "gone"),
+    [
+        ("Stream removed (Socket closed)", True),
+        ("recvmsg:Connection reset by peer", True),
+        ("failed to connect to all addresses; last error: Connection reset by peer", False),
+        ("dependency down, try later", False),  # the consumer's own UNAVAILABLE
+    ],
+)
+def test_unavailable_is_a_lost_call_only_in_grpcs_own_words(details: str, gone: bool) -> None:
+    outcome = outcome_from_grpc(grpc.StatusCode.UNAVAILABLE, details)
+    assert outcome.kind is OutcomeKind.BACKOFF
+    assert outcome.lost is gone

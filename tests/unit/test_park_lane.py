@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from siding import naming
 from siding.config import parse_config
 from siding.model import Delivery, Outcome, OutcomeKind, delivery_id
@@ -13,6 +15,7 @@ from siding.policy import Done, ToDlq, ToLane
 from siding.routing import settlement
 from siding.routing.producer import OutRecord
 from siding.routing.settlement import Settlement
+from siding.transport.outcomes import lost
 
 CONFIG = """
 [kafka]
@@ -50,12 +53,14 @@ def test_answered_calls_finish_from_their_answer_and_others_wait_or_go_again() -
         parked(4, "d"),  # no answer, not due: back to the park topic
         parked(5, "e", not_before_ms=NOW - 1),  # no answer and due: the call was lost
         parked(6, "f"),
+        parked(7, "g"),
     ]
     answers = {
         "a": answer("a", OutcomeKind.ACK),
         "b": answer("b", OutcomeKind.DEAD, "bad payload"),
         "c": answer("c", OutcomeKind.RETRY, "try later"),
         "f": answer("f", OutcomeKind.BACKOFF, "busy"),  # asked again, here
+        "g": Settlement("g", lost("stream broke"), NOW),  # the consumer died with it: a suspect
     }
     finished, again, later = sort_parked(p, items, answers, NOW)
     steps = {s.work.delivery.offset: s.step for s in finished}
@@ -63,9 +68,9 @@ def test_answered_calls_finish_from_their_answer_and_others_wait_or_go_again() -
     assert steps[2] == ToDlq("bad payload")
     assert isinstance(steps[3], ToLane) and steps[3].lane == 1 and steps[3].attempt == 2
     assert [i.delivery.offset for i in later] == [4]
-    assert {lane: [i.delivery.offset for i in group] for lane, group in again.items()} == {
-        0: [5, 6]
-    }
+    assert {
+        lane: [(w.delivery.offset, w.deaths) for w in group] for lane, group in again.items()
+    } == {0: [(5, 0), (6, 0), (7, 1)]}
 
 
 def test_a_retry_with_no_lane_left_is_dead_lettered() -> None:
@@ -87,8 +92,11 @@ def test_a_malformed_parked_record_is_dead_lettered_with_its_reason() -> None:
     assert not again and not later
 
 
-def test_settlements_round_trip_through_their_record() -> None:
-    original = Settlement("t1", Outcome(OutcomeKind.RETRY, "slow", retry_after_s=3.0), NOW)
+@pytest.mark.parametrize(
+    "outcome", [Outcome(OutcomeKind.RETRY, "slow", retry_after_s=3.0), lost("stream broke")]
+)
+def test_settlements_round_trip_through_their_record(outcome: Outcome) -> None:
+    original = Settlement("t1", outcome, NOW)
     record = settlement.settlement_record("topic", original)
     assert record.key == b"t1"
     assert record.value is not None

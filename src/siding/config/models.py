@@ -202,6 +202,7 @@ class RouteConfig(BaseModel):
     dlq: str | None = None
     max_retry_after: Duration = 600.0
     max_message_bytes: Count | None = Field(default=None, ge=1)
+    crash_limit: Count = Field(default=3, ge=1)
     dlq_flood_ratio: Number = Field(default=0.5, ge=0, le=1)
     dlq_flood_min_batch: Count = Field(default=20, ge=1)
     auth: AuthConfig = AuthConfig()

@@ -140,6 +140,9 @@ class CircuitBreaker:
         self._changed: asyncio.Event | None = None
         self._changed_loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[Listener] = []
+        # Grows each time the endpoint shows it is up (a real answer, a good probe): a message
+        # refused again and again while this grows is singled out, not a sign of an outage.
+        self.ups = 0
 
     @property
     def settings(self) -> BreakerSettings:
@@ -157,6 +160,10 @@ class CircuitBreaker:
     def record(self, kind: OutcomeKind) -> None:
         """Feed one send's outcome."""
         self._apply(Answered(kind))
+
+    def mark_up(self) -> None:
+        """The endpoint really answered a message."""
+        self.ups += 1
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` on every state change; returns the function that removes it."""
@@ -180,6 +187,7 @@ class CircuitBreaker:
         self._probing = True
         try:
             ok = await self._probe_once()
+            self.ups += ok
             self._apply(Probed(ok))
         finally:
             self._probing = False

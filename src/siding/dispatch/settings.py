@@ -15,7 +15,8 @@ from siding.model import Lane, Ordering
 class DispatchSettings:
     """``deadline_s`` is the per-attempt deadline of ``lane`` (the lane this slice comes from,
     0 = main); ``rate_limit`` is sends per second for this dispatch, 0 = no limit; ``park``
-    says whether calls may outlive the dispatch (unordered only)."""
+    says whether calls may outlive the dispatch (unordered only); a suspect on which the consumer
+    died ``crash_limit`` times while no other suspect was out is dead-lettered."""
 
     max_in_flight: int = 100
     deadline_s: float = 30.0
@@ -28,8 +29,11 @@ class DispatchSettings:
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
     park: ParkSettings = field(default_factory=ParkSettings)
+    crash_limit: int = 3
 
     def __post_init__(self) -> None:
+        if self.crash_limit < 1:
+            raise ConfigError("crash_limit", "must be at least 1")
         if self.max_in_flight < 1:
             raise ConfigError("max_in_flight", "must be at least 1")
         if self.deadline_s <= 0:

@@ -15,6 +15,9 @@ LATENCY_BOUNDS_S: tuple[float, ...] = (
 )  # fmt: skip
 
 
+MAX_HOLDOUTS = 10
+
+
 @dataclass(frozen=True, slots=True)
 class LatencyHistogram:
     """Send latencies in fixed buckets: ``counts[i]`` is the number at or below ``bounds_s[i]``
@@ -50,6 +53,13 @@ class DispatchStats:
     final_limit: int = 0
     breaker_transitions: tuple[BreakerTransition, ...] = ()
     breaker_wait_s: float = 0.0
+    # Suspects (docs/dispatch.md): messages out when the consumer went away, sends of one alone,
+    # and the ones dead-lettered for it.
+    suspected: int = 0
+    isolations: int = 0
+    convicted: int = 0
+    # (delivery id, reason) of messages moved on after being turned away for a whole deadline.
+    holdouts: tuple[tuple[str, str], ...] = ()
 
 
 class StatsRecorder:
@@ -66,6 +76,8 @@ class StatsRecorder:
         self._max_in_flight = 0
         self._transitions: list[BreakerTransition] = []
         self._breaker_wait_s = 0.0
+        self._suspects = (0, 0, 0)
+        self._holdouts: list[tuple[str, str]] = []
 
     def sent(self, in_flight: int) -> None:
         self._sends += 1
@@ -89,6 +101,13 @@ class StatsRecorder:
     def waited_on_breaker(self, seconds: float) -> None:
         self._breaker_wait_s += seconds
 
+    def suspects(self, suspected: int, isolations: int, convicted: int) -> None:
+        self._suspects = (suspected, isolations, convicted)
+
+    def held_out(self, delivery_id: str, reason: str) -> None:
+        if len(self._holdouts) < MAX_HOLDOUTS:
+            self._holdouts.append((delivery_id, reason))
+
     def snapshot(self, final_limit: int) -> DispatchStats:
         latency = LatencyHistogram(
             counts=tuple(self._counts),
@@ -106,4 +125,8 @@ class StatsRecorder:
             final_limit=final_limit,
             breaker_transitions=tuple(self._transitions),
             breaker_wait_s=self._breaker_wait_s,
+            suspected=self._suspects[0],
+            isolations=self._suspects[1],
+            convicted=self._suspects[2],
+            holdouts=tuple(self._holdouts),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 import random
 import time
@@ -22,16 +23,22 @@ from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import StatsRecorder
+from siding.dispatch.suspects import Suspects
 from siding.dispatch.work import DispatchReport, FinalStep, Parked, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
 from siding.model import Ordering, Outcome, OutcomeKind
-from siding.policy import Backoff, Stop, ToLane, next_step
+from siding.policy import Backoff, Stop, ToDlq, ToLane, next_step
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
+
+log = logging.getLogger(__name__)
 
 # The calls left may be parked as soon as the answers go quiet once they are at most this share
 # of the slice (docs/parking.md).
 OUTLIER_SHARE = 0.2
+# A message turned away again and again is logged at each step while at most this many of the
+# slice's messages are turned away (more than that is an outage: the breaker's log tells it).
+HOLDOUT_LOG_MAX = 10
 
 
 def safety_grace_s(deadline_s: float) -> float:
@@ -107,9 +114,11 @@ class _Window:
         self._due: list[tuple[int, int, int]] = []
         self._seq = 0
         self._backoffs: dict[int, int] = {}
-        # When each item was first told "back off", and when the endpoint last really answered.
-        self._backoff_since_ms: dict[int, int] = {}
-        self._last_served_ms = 0
+        # When each item was first told "back off", and the breaker's ``ups`` then.
+        self._backoff_since: dict[int, tuple[int, int]] = {}
+        self._suspects = Suspects(settings.crash_limit)
+        for index, item in enumerate(work):
+            self._suspects.seed(index, item.deaths)
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
@@ -161,17 +170,42 @@ class _Window:
     def _launch(self) -> float | None:
         """Start every send that may start now; the seconds until one may start by time alone."""
         now_ms = self._now_ms()
+        return _earliest(self._launch_suspect(now_ms), self._launch_due(now_ms))
+
+    def _may_start(self) -> float | bool | None:
+        """True when a send may start now; else what ``_launch`` should return."""
+        if len(self._in_flight) >= self._limit.current:
+            return None
+        if self._breaker.state is not BreakerState.CLOSED:
+            self._wait_for_breaker()
+            return None
+        if self._bucket is not None and not self._bucket.try_take():
+            return self._bucket.wait_s()
+        return True
+
+    def _launch_suspect(self, now_ms: int) -> float | None:
+        """Send the next suspect alone, when the isolation slot is free (docs/dispatch.md)."""
+        due_ms = self._suspects.next_due_ms()
+        if due_ms is None or self._suspects.isolating is not None:
+            return None
+        if due_ms > now_ms:
+            return (due_ms - now_ms) / 1000
+        may = self._may_start()
+        if may is not True:
+            return may
+        index = self._suspects.take(now_ms)
+        if index is not None:
+            self._start_send(index)
+        return None
+
+    def _launch_due(self, now_ms: int) -> float | None:
         while self._due:
             due_ms, _, index = self._due[0]
             if due_ms > now_ms:
                 return (due_ms - now_ms) / 1000
-            if len(self._in_flight) >= self._limit.current:
-                return None
-            if self._breaker.state is not BreakerState.CLOSED:
-                self._wait_for_breaker()
-                return None
-            if self._bucket is not None and not self._bucket.try_take():
-                return self._bucket.wait_s()
+            may = self._may_start()
+            if may is not True:
+                return may
             heapq.heappop(self._due)
             self._start_send(index)
         return None
@@ -198,7 +232,7 @@ class _Window:
         slices: this slice's first answers are the head of its queue), or, when the calls left
         are a small share of the slice, once the answers have gone quiet for ``park.floor_s``:
         the rest of the batch is done and these are its outliers."""
-        if not self._may_park or self._due or self._answers:
+        if not self._may_park or self._due or self._answers or self._suspects:
             return None
         if not self._running or len(self._running) != self._unsettled:
             return None
@@ -255,10 +289,24 @@ class _Window:
         )
         self._stats.answered(outcome.kind, latency_s)
         self._last_answer_at = time.monotonic()
-        if outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer:
+        served = outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer
+        if served:
             self._park_timer.observe(latency_s)
+            self._breaker.mark_up()
         now_ms = self._now_ms()
-        outcome = self._singled_out(index, outcome, now_ms)
+        if outcome.lost:
+            conviction = self._suspects.died(index)
+            if conviction is not None:
+                reason = conviction.reason(outcome.reason)
+                log.warning("%s dead-lettered: %s", delivery.id, reason)
+                self._backoffs.pop(index, None)
+                self._settle(index, ToDlq(reason))
+                return
+        elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
+            self._suspects.refused(index)
+        else:
+            self._suspects.answered(index, served=served)
+            outcome = self._singled_out(index, outcome, now_ms)
         consecutive = self._backoffs.get(index, 0) + 1
         step = next_step(
             outcome,
@@ -274,6 +322,7 @@ class _Window:
         if isinstance(step, Backoff):
             # Redeliver in place: the attempt is not spent, only time.
             self._backoffs[index] = consecutive
+            self._log_holdout(index, consecutive, step.reason, now_ms)
             self._schedule(index, now_ms + math.ceil(step.delay_s * 1000))
             return
         self._backoffs.pop(index, None)
@@ -281,23 +330,40 @@ class _Window:
 
     def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
         """A message that has been told "back off" for longer than a deadline while the endpoint
-        went on serving other messages is not a sign of an endpoint that is down: move it to a
-        retry lane, or it would hold its batch, and the partition, forever. With no message
-        served meanwhile (an outage), it keeps waiting behind the breaker."""
+        showed it was up (it answered other messages, or a breaker probe) is not a sign of an
+        endpoint that is down: it moves to a retry lane, or it would hold its batch, and the
+        partition, forever. With no sign of life meanwhile (an outage), it keeps waiting behind
+        the breaker."""
         if outcome.kind is not OutcomeKind.BACKOFF:
-            self._backoff_since_ms.pop(index, None)
-            if not outcome.no_answer:
-                self._last_served_ms = now_ms
+            self._backoff_since.pop(index, None)
             return outcome
-        since = self._backoff_since_ms.setdefault(index, now_ms)
-        waited_s = (now_ms - since) / 1000
-        if waited_s <= self._settings.deadline_s or self._last_served_ms <= since:
+        since_ms, ups = self._backoff_since.setdefault(index, (now_ms, self._breaker.ups))
+        waited_s = (now_ms - since_ms) / 1000
+        if waited_s <= self._settings.deadline_s or self._breaker.ups <= ups:
             return outcome
-        self._backoff_since_ms.pop(index, None)
+        self._backoff_since.pop(index, None)
+        self._stats.held_out(self._work[index].delivery.id, outcome.reason)
         return Outcome(
             OutcomeKind.RETRY,
-            f"told to back off for {waited_s:.0f}s while the endpoint served other messages:"
-            f" {outcome.reason}",
+            f"told to back off for {waited_s:.0f}s while the endpoint was up: {outcome.reason}",
+        )
+
+    def _log_holdout(self, index: int, consecutive: int, reason: str, now_ms: int) -> None:
+        """Nothing loops in silence: a message turned away again and again while the rest of its
+        slice is done is logged at each step."""
+        if consecutive < 2 or index in self._suspects:
+            return
+        if self._unsettled != len(self._backoffs) or len(self._backoffs) > HOLDOUT_LOG_MAX:
+            return
+        since_ms, _ = self._backoff_since.get(index, (now_ms, 0))
+        log.warning(
+            "%s turned away %d times in %.1fs (%s); it moves to its next lane once it has waited"
+            " %gs while the endpoint is up",
+            self._work[index].delivery.id,
+            consecutive,
+            (now_ms - since_ms) / 1000,
+            reason,
+            self._settings.deadline_s,
         )
 
     def _settle(self, index: int, step: FinalStep) -> None:
@@ -321,6 +387,9 @@ class _Window:
                 self._stats.followed()
 
     def _schedule(self, index: int, due_ms: int) -> None:
+        if index in self._suspects:
+            self._suspects.wait(index, due_ms)
+            return
         self._seq += 1
         heapq.heappush(self._due, (due_ms, self._seq, index))
 
@@ -373,6 +442,9 @@ class _Window:
                 # A bug in the window, never a property of the data.
                 raise RuntimeError(f"dispatch lost {work.delivery.id}: no step")
             settled.append(Settled(work, step))
+        self._stats.suspects(
+            self._suspects.suspected, self._suspects.isolations, self._suspects.convicted
+        )
         return DispatchReport(
             tuple(settled), self._stats.snapshot(self._limit.current), tuple(self._parked)
         )

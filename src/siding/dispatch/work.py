@@ -24,10 +24,12 @@ FinalStep = Done | ToLane | ToDlq | Parked
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One record to deliver, not before ``not_before_ms`` (epoch milliseconds)."""
+    """One record to deliver, not before ``not_before_ms`` (epoch milliseconds); ``deaths``: the
+    consumer already went away this many times with it in flight (a suspect from the start)."""
 
     delivery: Delivery
     not_before_ms: int = 0
+    deaths: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 For each parked record (docs/parking.md):
 - its call answered (a settlement exists): the answer decides, as if the batch had waited for it:
   done, next retry lane, or the DLQ; the consumer is not asked again;
-- no answer and it is due (the worker died, or the settlement could not be written): it is
-  delivered again, in its own lane's deadline, and the answer decides;
+- no answer and it is due (the worker died, or the settlement could not be written), or the
+  consumer went away with the call (a suspect, with that death counted): it is delivered again,
+  in its own lane's deadline, and the answer decides;
 - no answer yet and not due: it goes back into the park topic unchanged.
 """
 
@@ -29,10 +30,10 @@ from siding.routing.settlement import Settlement
 
 def sort_parked(
     plan: TaskPlan, items: Sequence[Incoming], settlements: Mapping[str, Settlement], now_ms: int
-) -> tuple[list[Settled], dict[int, list[Incoming]], list[Incoming]]:
+) -> tuple[list[Settled], dict[int, list[Work]], list[Incoming]]:
     """Pure: (finished from an answer, to deliver again by lane, not due yet)."""
     finished: list[Settled] = []
-    again: dict[int, list[Incoming]] = {}
+    again: dict[int, list[Work]] = {}
     later: list[Incoming] = []
     lanes = plan.settings.lanes
     for item in items:
@@ -41,7 +42,9 @@ def sort_parked(
             finished.append(Settled(Work(delivery), ToDlq(item.malformed)))
             continue
         settlement = settlements.get(item.park_token)
+        deaths = 0
         if settlement is not None:
+            deaths = int(settlement.outcome.lost)
             step = next_step(
                 settlement.outcome,
                 delivery.attempt,
@@ -56,7 +59,7 @@ def sort_parked(
         elif item.not_before_ms > now_ms:
             later.append(item)
             continue
-        again.setdefault(delivery.lane, []).append(item)
+        again.setdefault(delivery.lane, []).append(Work(delivery, deaths=deaths))
     return finished, again, later
 
 
@@ -70,7 +73,7 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     for lane, group in sorted(again.items()):
         own = min(lane, len(plan.route.lanes))  # the lanes may have been shortened since
         settings = share_among_tasks(dispatch_settings(plan.route, own, park=False), plan.tasks)
-        report = deliver(plan, settings, [Work(i.delivery) for i in group], partition_id)
+        report = deliver(plan, settings, group, partition_id)
         settled += report.settled
         stats = report.stats
     hops = {i.delivery.id: i.hops for i in items if i.hops}

@@ -66,6 +66,7 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
             floor_s=route.park.floor,
             ceiling_s=route.park.ceiling,
         ),
+        crash_limit=route.crash_limit,
     )
 
 

@@ -27,6 +27,7 @@ def settlement_record(topic: str, settlement: Settlement) -> OutRecord:
         "reason": outcome.reason,
         "retry_after_s": outcome.retry_after_s,
         "no_answer": outcome.no_answer,
+        "lost": outcome.lost,
         "answered_ms": settlement.answered_ms,
     }
     return OutRecord(
@@ -47,5 +48,6 @@ def decode(key: bytes, value: bytes) -> Settlement:
         str(data.get("reason") or ""),
         retry_after_s=float(retry_after) if retry_after is not None else None,
         no_answer=bool(data.get("no_answer", False)),
+        lost=bool(data.get("lost", False)),
     )
     return Settlement(key.decode(), outcome, int(data.get("answered_ms") or 0))

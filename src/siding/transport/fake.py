@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from siding.model import ACK, Delivery, Outcome
-from siding.transport.outcomes import outcome_from_connection_error, outcome_from_timeout
+from siding.transport.outcomes import lost, outcome_from_connection_error, outcome_from_timeout
 
 Answer = Callable[[Delivery, int], Outcome]
 """(delivery, how many times this delivery id was sent before) -> the outcome to return."""
@@ -107,3 +107,59 @@ class ScriptedTransport:
         if isinstance(answers, Outcome):
             return answers
         return answers[min(nth, len(answers) - 1)] if answers else ACK
+
+
+class CrashingTransport:
+    """A consumer process that dies on some messages, under a supervisor that restarts it.
+
+    Receiving a delivery for which ``kills`` is true kills it: every call out at that moment
+    (that one included) ends with a ``lost`` outcome, and for ``restart_s`` it refuses
+    connections (BACKOFF, ``probe`` false). Everything else is ACKed after ``latency_s``.
+    ``received`` counts deliveries per id, ``deaths`` the deaths.
+    """
+
+    def __init__(
+        self,
+        kills: Callable[[Delivery], bool],
+        *,
+        latency_s: float = 0.005,
+        restart_s: float = 0.05,
+    ) -> None:
+        self._kills = kills
+        self._latency_s = latency_s
+        self._restart_s = restart_s
+        self._out: set[asyncio.Future[Outcome]] = set()
+        self._down_until = 0.0
+        self.deaths = 0
+        self.received: Counter[str] = Counter()
+        self.max_out = 0
+
+    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        if time.monotonic() < self._down_until:
+            return outcome_from_connection_error(ConnectionRefusedError("fake: restarting"))
+        self.received[delivery.id] += 1
+        call: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._out.add(call)
+        self.max_out = max(self.max_out, len(self._out))
+        if self._kills(delivery):
+            self._die()
+        try:
+            return await asyncio.wait_for(call, min(self._latency_s, deadline_s))
+        except TimeoutError:
+            return ACK if self._latency_s <= deadline_s else outcome_from_timeout(deadline_s)
+        finally:
+            self._out.discard(call)
+
+    def _die(self) -> None:
+        self.deaths += 1
+        self._down_until = time.monotonic() + self._restart_s
+        for call in self._out:
+            if not call.done():
+                call.set_result(lost("fake: Socket closed"))
+        self._out.clear()
+
+    async def probe(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    async def close(self) -> None:
+        self._out.clear()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -23,9 +24,13 @@ from siding.transport.grpc_common import (
     result_from_proto,
 )
 from siding.transport.outcomes import (
+    lost,
+    never_connected,
     outcome_from_connection_error,
     outcome_from_grpc,
     outcome_from_timeout,
+    oversize,
+    too_large,
 )
 from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
@@ -43,6 +48,7 @@ class _Pending:
 
     waiters: list[asyncio.Future[Outcome]] = field(default_factory=list)
     written: bool = False
+    size: int = 0  # the serialized Delivery, to match a "larger than max (N vs. M)" refusal
 
     def resolve(self, outcome: Outcome) -> None:
         for waiter in self.waiters:
@@ -62,6 +68,7 @@ class _Stream:
         # would be taken for a later copy of the id, so later copies go on another stream.
         self.abandoned: dict[str, float] = {}
         self.broken = False
+        self._closing = False
         self._outbox: asyncio.Queue[tuple[_Pending, str, consumer_pb2.Delivery]] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write_loop(), name="siding-grpc-stream-writer")
         self._reader = asyncio.create_task(self._read_loop(), name="siding-grpc-stream-reader")
@@ -69,8 +76,9 @@ class _Stream:
     def submit(self, delivery: Delivery) -> _Pending:
         entry = self.pending.get(delivery.id)
         if entry is None:
-            entry = self.pending[delivery.id] = _Pending()
-            self._outbox.put_nowait((entry, delivery.id, delivery_to_proto(delivery)))
+            message = delivery_to_proto(delivery)
+            entry = self.pending[delivery.id] = _Pending(size=message.ByteSize())
+            self._outbox.put_nowait((entry, delivery.id, message))
         return entry
 
     def forget(self, delivery_id: str, entry: _Pending) -> None:
@@ -120,14 +128,16 @@ class _Stream:
         self.fail(TransportError("the consumer closed the stream"))
 
     def fail(self, error: BaseException) -> None:
-        """The stream is over: every delivery still waiting gets a BACKOFF outcome."""
+        """The stream is over: every delivery still waiting gets its outcome (``stream_ended``)."""
         if self.broken:
             return
         self.broken = True
         cause = _describe(error)
         log.info("gRPC stream to the consumer ended: %s", cause)
-        outcome = outcome_from_connection_error(cause)
-        for entry in self.pending.values():
+        outcomes = stream_ended(
+            str(cause), [(e.written, e.size) for e in self.pending.values()], ours=self._closing
+        )
+        for entry, outcome in zip(self.pending.values(), outcomes, strict=True):
             entry.resolve(outcome)
         self.pending.clear()
         self.call.cancel()
@@ -136,11 +146,38 @@ class _Stream:
             if task is not current:
                 task.cancel()
 
+    def close(self, why: str) -> None:
+        """We end the stream (not the consumer): nothing waiting on it is suspected."""
+        self._closing = True
+        self.fail(TransportError(why))
+
     async def aclose(self) -> None:
-        self.fail(TransportError("transport closed"))
+        self.close("transport closed")
         for task in (self._writer, self._reader):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def stream_ended(
+    cause: str, entries: Sequence[tuple[bool, int]], *, ours: bool = False
+) -> list[Outcome]:
+    """Pure: the outcome of each delivery still waiting, given as (written, size), when a stream
+    ends for ``cause``.
+
+    - the consumer's gRPC refused one message for its size ("larger than max (N vs. M)") and
+      the delivery of that size is known: it is dead-lettered, the others are sent again;
+    - otherwise deliveries already written were in the consumer's hands when it went away:
+      suspects (``lost``), unless we closed the stream ourselves (``ours``); the others never
+      left and are sent again.
+    """
+    unreached = outcome_from_connection_error(TransportError(cause))
+    sizes = oversize(cause)
+    if sizes is not None and any(written and size == sizes[0] for written, size in entries):
+        big, limit = sizes
+        refused = too_large(f"{big} bytes, the consumer accepts at most {limit}: {cause}")
+        return [refused if w and size == big else unreached for w, size in entries]
+    suspect = not ours and not never_connected(cause)
+    return [lost(cause) if written and suspect else unreached for written, _ in entries]
 
 
 def _describe(error: BaseException) -> BaseException:
@@ -212,7 +249,7 @@ class GrpcStreamTransport:
         for extra in self._streams[1:]:
             if extra is not chosen and extra.idle:
                 self._streams.remove(extra)
-                extra.fail(TransportError("extra stream no longer needed"))
+                extra.close("extra stream no longer needed")
         return chosen
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:

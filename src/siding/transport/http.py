@@ -241,13 +241,21 @@ class HttpTransport:
         except aiohttp.ClientConnectorError as error:
             return outcome_from_connection_error(error)  # refused or TLS failed: not delivered
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as error:
-            # The peer closed after reading the request (a process that died on it closes
-            # cleanly). A reset (ClientOSError) is left to the generic BACKOFF below: TLS 1.3
-            # refuses a missing client certificate that way, after the request went out.
+            # The peer closed after the request went out (a process that died on it closes
+            # cleanly): a suspect. A stale pooled connection looks the same and costs no
+            # attempt either.
+            return outcome_from_lost_connection(error)
+        except aiohttp.ClientOSError as error:
+            # Reset after connecting: a process killed with the request unread resets. (TLS 1.3
+            # refuses a missing client certificate this way too: every message then "dies",
+            # and a suspect is never convicted while no other message is answered.)
             return outcome_from_lost_connection(error)
         except aiohttp.ClientError as error:
-            # Refused, reset, TLS failure, or an answer that is not HTTP.
+            # A TLS failure or an answer that is not HTTP.
             return outcome_from_connection_error(error)
+        if outcome.kind is OutcomeKind.DEAD and response.status == 413:
+            size = len(delivery.value or b"")
+            outcome = replace(outcome, reason=f"{outcome.reason} ({size} bytes)")
         if outcome.kind is OutcomeKind.ACK or not excerpt:
             return outcome
         return replace(outcome, reason=f"{outcome.reason}: {excerpt}")

@@ -5,6 +5,7 @@ The tables follow DESIGN.md ("The delivery contract"); docs/contract.md explains
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 
@@ -40,6 +41,29 @@ _GRPC_DEAD = frozenset(
     }
 )
 _TOO_LARGE = "larger than max"
+_SIZES = re.compile(r"larger than max \((\d+) vs\. (\d+)\)")
+# UNAVAILABLE with these details never reached the consumer (nothing to suspect); any other
+# UNAVAILABLE ("Socket closed", "Connection reset") broke a call that was already out.
+_NOT_CONNECTED = (
+    "failed to connect",
+    "connections to all backends failing",
+    "dns resolution failed",
+    "name resolution",
+    "connection refused",
+    "no route to host",
+    "unable to resolve",
+)
+# gRPC's own words for a connection that went away under a call (a consumer that returns
+# UNAVAILABLE itself, say for a dependency that is down, writes its own details).
+_WENT_AWAY = (
+    "socket closed",
+    "connection reset",
+    "stream removed",
+    "broken pipe",
+    "goaway",
+    "end of tcp stream",
+    "connection closed",
+)
 # ALREADY_EXISTS: the consumer has processed this delivery id before; that is done.
 _GRPC_ACK = frozenset({grpc.StatusCode.OK, grpc.StatusCode.ALREADY_EXISTS})
 
@@ -69,7 +93,9 @@ def outcome_from_grpc(
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details.lower():
         # gRPC's own size limit ("Received message larger than max"): this message will never
         # fit, however long we wait; every other RESOURCE_EXHAUSTED means "slow down".
-        return Outcome(OutcomeKind.DEAD, f"message too large: {reason}")
+        return too_large(reason)
+    if code is grpc.StatusCode.UNAVAILABLE and went_away(details):
+        return lost(reason)
     if code in _GRPC_BACKOFF or code in _GRPC_MISCONFIGURED:
         return Outcome(OutcomeKind.BACKOFF, reason)
     # DEADLINE_EXCEEDED and everything else (UNKNOWN, INTERNAL, ABORTED): retry lane.
@@ -101,6 +127,35 @@ def outcome_from_http(
     return Outcome(OutcomeKind.RETRY, f"{reason}: unexpected status")
 
 
+def too_large(reason: str) -> Outcome:
+    """The consumer's transport refused the delivery for its size: permanent, to the DLQ."""
+    return Outcome(OutcomeKind.DEAD, f"message too large: {reason}")
+
+
+def oversize(details: str) -> tuple[int, int] | None:
+    """(message bytes, limit bytes) from gRPC's "larger than max (N vs. M)", if it says so."""
+    match = _SIZES.search(details)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def never_connected(details: str) -> bool:
+    """Whether a gRPC UNAVAILABLE says the call never reached the consumer."""
+    text = details.lower()
+    return any(marker in text for marker in _NOT_CONNECTED)
+
+
+def went_away(details: str) -> bool:
+    """Whether a gRPC UNAVAILABLE says the connection broke under a call that was out."""
+    text = details.lower()
+    return not never_connected(text) and any(marker in text for marker in _WENT_AWAY)
+
+
+def lost(reason: str) -> Outcome:
+    """The consumer went away with the delivery in its hands (stream broken, connection closed or
+    reset after sending): no attempt is spent, and the dispatcher suspects the message."""
+    return Outcome(OutcomeKind.BACKOFF, f"consumer lost after sending: {reason}", lost=True)
+
+
 def outcome_from_timeout(deadline_s: float) -> Outcome:
     """No answer within the lane's per-attempt deadline: move on to a retry lane."""
     return Outcome(OutcomeKind.RETRY, f"deadline of {deadline_s:g}s exceeded", no_answer=True)
@@ -114,9 +169,8 @@ def outcome_from_connection_error(error: BaseException) -> Outcome:
 
 def outcome_from_lost_connection(error: BaseException) -> Outcome:
     """The connection broke after the delivery was sent: the consumer may have crashed on this
-    very message, so it moves on to a retry lane (a poison pill must not loop in place)."""
-    text = str(error) or type(error).__name__
-    return Outcome(OutcomeKind.RETRY, f"connection lost after sending: {text}")
+    very message (a suspect, see ``lost``)."""
+    return lost(str(error) or type(error).__name__)
 
 
 def parse_retry_after(value: str | None, now_s: float | None = None) -> float | None:

@@ -1,0 +1,183 @@
+"""Poison pills that kill the consumer (issue 18): suspects, isolation, conviction.
+
+The rules are pure (``Suspects``); the window is driven against ``CrashingTransport``, a fake
+consumer that dies on some messages and is restarted by a supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch
+from siding.dispatch.suspects import Suspects
+from siding.model import Delivery, Lane, Ordering, delivery_id
+from siding.policy import Done, ToDlq
+from siding.transport.fake import CrashingTransport
+
+LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
+FAST_BREAKER = BreakerSettings(failure_threshold=3, open_for_s=0.02, max_open_for_s=0.05)
+SETTINGS = DispatchSettings(max_in_flight=10, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER)
+
+
+def items(n: int, keys: int = 0) -> list[Work]:
+    def key(i: int) -> bytes | None:
+        return str(i % keys).encode() if keys else None
+
+    return [
+        Work(Delivery(delivery_id("trips", 0, i), "trips", 0, i, key(i), f"v{i}".encode()))
+        for i in range(n)
+    ]
+
+
+# --- the pure rules -----------------------------------------------------------------------------
+
+
+def test_a_suspect_alone_at_crash_limit_deaths_is_convicted_once_others_were_served() -> None:
+    s = Suspects(crash_limit=2)
+    assert s.died(7) is None  # out with others: a suspect, one death
+    assert 7 in s and s.suspected == 1
+    s.answered(1, served=True)  # the consumer works for someone else
+    s.wait(7, 0)
+    assert s.take(0) == 7
+    assert s.died(7) is None  # alone once
+    s.wait(7, 0)
+    assert s.take(0) == 7
+    conviction = s.died(7)
+    assert conviction is not None and (conviction.deaths, conviction.lone) == (3, 2)
+    assert "the consumer died 3 times while handling this message" in conviction.reason("x")
+    assert 7 not in s and s.convicted == 1 and s.isolations == 2
+
+
+def test_no_conviction_while_no_other_message_is_answered() -> None:
+    # Every message dies the same way: an outage, the breaker's business, not the DLQ's.
+    s = Suspects(crash_limit=1)
+    s.died(3)
+    for _ in range(5):
+        s.wait(3, 0)
+        assert s.take(0) == 3
+        assert s.died(3) is None
+    assert 3 in s and s.convicted == 0
+
+
+def test_one_suspect_out_at_a_time_the_most_suspicious_first() -> None:
+    s = Suspects(crash_limit=3)
+    for index in (4, 2, 9):
+        s.died(index)
+    s.wait(4, 0)
+    s.wait(2, 0)
+    s.wait(9, 50)
+    s.wait(9, 0)
+    assert s.take(0) == 2  # equal deaths: the earliest
+    assert s.take(0) is None  # the slot is taken
+    s.died(2)  # a lone death
+    s.wait(2, 0)
+    assert s.take(0) == 2  # the most lone deaths first
+    s.answered(2, served=True)  # answered: cleared
+    assert 2 not in s and s.isolating is None
+    assert s.take(0) == 4
+
+
+def test_a_suspect_turned_away_keeps_its_suspicion_and_frees_the_slot() -> None:
+    s = Suspects(crash_limit=3)
+    s.died(1)
+    s.wait(1, 0)
+    assert s.take(0) == 1
+    s.refused(1)
+    assert 1 in s and s.isolating is None
+
+
+def test_a_message_that_arrives_suspected_is_isolated_from_the_start() -> None:
+    s = Suspects(crash_limit=3)
+    s.seed(5, deaths=1)
+    s.seed(6, deaths=0)
+    assert 5 in s and 6 not in s
+
+
+# --- the window -------------------------------------------------------------------------------
+
+
+async def test_the_pill_is_convicted_and_every_other_message_is_delivered() -> None:
+    # Given a consumer that dies on one message and comes back 50 ms later
+    work = items(200)
+    pill = work[57].delivery.id
+    consumer = CrashingTransport(lambda d: d.id == pill)
+    # When the slice is dispatched
+    report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 20)
+    # Then the pill is in the DLQ after at most crash_limit + 2 deaths, and nothing else is
+    steps = {s.work.delivery.id: s.step for s in report.settled}
+    step = steps.pop(pill)
+    assert isinstance(step, ToDlq)
+    assert "the consumer died" in step.reason and "while handling this message" in step.reason
+    assert all(isinstance(s, Done) for s in steps.values())
+    assert consumer.deaths <= SETTINGS.crash_limit + 2
+    assert report.stats.convicted == 1
+    assert report.stats.suspected >= 1 and report.stats.isolations >= SETTINGS.crash_limit
+    # and duplicates are bounded by what was out at the deaths
+    duplicates = sum(n - 1 for i, n in consumer.received.items() if i != pill)
+    assert duplicates <= consumer.deaths * SETTINGS.max_in_flight
+
+
+async def test_a_consumer_that_dies_on_everything_for_a_while_dead_letters_nothing() -> None:
+    # Given a consumer that dies on whatever it receives for 0.5 s (a bad deploy), then recovers
+    until = time.monotonic() + 0.5
+    consumer = CrashingTransport(lambda _: time.monotonic() < until, restart_s=0.02)
+    work = items(100)
+    # When the slice is dispatched
+    report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 20)
+    # Then nothing is dead-lettered: every message died the same way
+    assert consumer.deaths >= 3
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert report.stats.convicted == 0
+
+
+async def test_two_pills_of_two_keys_are_convicted_and_their_keys_stay_in_order() -> None:
+    # Given key mode, 10 keys, and one pill in each of two keys
+    work = items(120, keys=10)
+    pills = {work[23].delivery.id, work[41].delivery.id}  # keys 3 and 1
+    consumer = CrashingTransport(lambda d: d.id in pills)
+    settings = DispatchSettings(
+        max_in_flight=10,
+        deadline_s=2.0,
+        lanes=LANES,
+        breaker=FAST_BREAKER,
+        ordering=Ordering.KEY,
+    )
+    # When the slice is dispatched
+    report = await asyncio.wait_for(dispatch(consumer, work, settings), 30)
+    # Then both pills are in the DLQ, every other message is done
+    dead = {s.work.delivery.id for s in report.settled if isinstance(s.step, ToDlq)}
+    assert dead == pills
+    assert len(report.done) == 118
+    assert consumer.deaths <= 2 * (settings.crash_limit + 2)
+
+
+async def test_a_suspect_that_answers_is_cleared_without_an_attempt_spent() -> None:
+    # Given a consumer that dies once, on an innocent's watch (a crash unrelated to any message)
+    died = False
+
+    def once(delivery: Delivery) -> bool:
+        nonlocal died
+        if delivery.offset == 5 and not died:
+            died = True
+            return True
+        return False
+
+    consumer = CrashingTransport(once, latency_s=0.02)
+    work = items(30)
+    report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 20)
+    # Then everything is done, at attempt 1, and the suspects went out one at a time
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert report.stats.suspected >= 1 and report.stats.convicted == 0
+    assert report.stats.isolations == report.stats.suspected
+
+
+@pytest.mark.parametrize("deaths", [0, 1])
+async def test_a_message_already_suspected_goes_alone(deaths: int) -> None:
+    work = [Work(w.delivery, deaths=deaths if i == 0 else 0) for i, w in enumerate(items(20))]
+    consumer = CrashingTransport(lambda _: False, latency_s=0.02)
+    report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 10)
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert report.stats.isolations == deaths
