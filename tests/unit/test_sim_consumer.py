@@ -144,6 +144,7 @@ def test_settings_survive_the_command_line() -> None:
         behaviour=Behaviour((0.001, 0.005), 0.1, 0.2, 0.05, 0.01, 1.5, 3, True, 2.0, 42),
         record="/tmp/r.csv",
         http_retry_status=503,
+        crash_on=('"seq": 7}', '"seq": 9}'),
     )
     context = consumer_command.make_context("consumer", cli_args(settings, "127.0.0.1:9"))
     options = dict(context.params)

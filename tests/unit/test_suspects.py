@@ -35,16 +35,21 @@ def items(n: int, keys: int = 0) -> list[Work]:
 # --- the pure rules -----------------------------------------------------------------------------
 
 
+def take(s: Suspects, now: float = 0.0) -> int | None:
+    index, _ = s.take(0, now)
+    return index
+
+
 def test_a_suspect_alone_at_crash_limit_deaths_is_convicted_once_others_were_served() -> None:
     s = Suspects(crash_limit=2)
     assert s.died(7) is None  # out with others: a suspect, one death
     assert 7 in s and s.suspected == 1
     s.answered(1, served=True)  # the consumer works for someone else
     s.wait(7, 0)
-    assert s.take(0) == 7
+    assert take(s) == 7
     assert s.died(7) is None  # alone once
     s.wait(7, 0)
-    assert s.take(0) == 7
+    assert take(s) == 7
     conviction = s.died(7)
     assert conviction is not None and (conviction.deaths, conviction.lone) == (3, 2)
     assert "the consumer died 3 times while handling this message" in conviction.reason("x")
@@ -57,36 +62,53 @@ def test_no_conviction_while_no_other_message_is_answered() -> None:
     s.died(3)
     for _ in range(5):
         s.wait(3, 0)
-        assert s.take(0) == 3
+        assert take(s) == 3
         assert s.died(3) is None
     assert 3 in s and s.convicted == 0
 
 
-def test_one_suspect_out_at_a_time_the_most_suspicious_first() -> None:
-    s = Suspects(crash_limit=3)
+def test_suspects_follow_each_other_after_a_solo_time_the_most_suspicious_first() -> None:
+    s = Suspects(crash_limit=3, solo_s=0.1)
     for index in (4, 2, 9):
         s.died(index)
     s.wait(4, 0)
     s.wait(2, 0)
     s.wait(9, 50)
-    s.wait(9, 0)
-    assert s.take(0) == 2  # equal deaths: the earliest
-    assert s.take(0) is None  # the slot is taken
-    s.died(2)  # a lone death
-    s.wait(2, 0)
-    assert s.take(0) == 2  # the most lone deaths first
+    assert s.take(0, now=0.0) == (2, None)  # equal deaths: the earliest
+    index, wait_s = s.take(0, now=0.04)  # the first is alone for its solo time
+    assert index is None and wait_s == pytest.approx(0.06)
+    assert s.take(0, now=0.1) == (4, None)
+    assert s.take(0, now=0.3) == (None, None)  # 9 is not due yet
     s.answered(2, served=True)  # answered: cleared
-    assert 2 not in s and s.isolating is None
-    assert s.take(0) == 4
+    assert 2 not in s and s.out == {4}
 
 
-def test_a_suspect_turned_away_keeps_its_suspicion_and_frees_the_slot() -> None:
+def test_suspects_out_together_at_a_death_must_each_prove_themselves_alone() -> None:
+    s = Suspects(crash_limit=3, solo_s=0.1)
+    for index in (1, 2, 3):
+        s.died(index)
+        s.wait(index, 0)
+    assert take(s, 0.0) == 1
+    assert take(s, 0.2) == 2
+    # the consumer dies with both out: no lone death for either, both now exclusive
+    s.died(1)
+    s.died(2)
+    s.wait(1, 0)
+    s.wait(2, 0)
+    assert take(s, 0.3) == 1  # the most deaths first
+    assert s.take(0, 5.0) == (None, None)  # 1 is exclusive: nobody follows it
+    s.died(1)  # alone: a lone death
+    s.wait(1, 0)
+    assert take(s, 6.0) == 1  # the most lone deaths first
+
+
+def test_a_suspect_turned_away_keeps_its_suspicion_and_leaves_the_slot() -> None:
     s = Suspects(crash_limit=3)
     s.died(1)
     s.wait(1, 0)
-    assert s.take(0) == 1
+    assert take(s) == 1
     s.refused(1)
-    assert 1 in s and s.isolating is None
+    assert 1 in s and not s.out
 
 
 def test_a_message_that_arrives_suspected_is_isolated_from_the_start() -> None:
@@ -168,10 +190,11 @@ async def test_a_suspect_that_answers_is_cleared_without_an_attempt_spent() -> N
     consumer = CrashingTransport(once, latency_s=0.02)
     work = items(30)
     report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 20)
-    # Then everything is done, at attempt 1, and the suspects went out one at a time
+    # Then everything is done, and each suspect went out once more, alone
     assert all(isinstance(s.step, Done) for s in report.settled)
     assert report.stats.suspected >= 1 and report.stats.convicted == 0
     assert report.stats.isolations == report.stats.suspected
+    assert consumer.max_out <= SETTINGS.max_in_flight
 
 
 @pytest.mark.parametrize("deaths", [0, 1])
@@ -181,3 +204,26 @@ async def test_a_message_already_suspected_goes_alone(deaths: int) -> None:
     report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 10)
     assert all(isinstance(s.step, Done) for s in report.settled)
     assert report.stats.isolations == deaths
+
+
+async def test_slow_innocent_suspects_do_not_wait_for_each_other() -> None:
+    # Given a consumer with 0.4 s calls that dies once (not because of a message) with 40 out
+    died = False
+
+    def once(delivery: Delivery) -> bool:
+        nonlocal died
+        if delivery.offset == 39 and not died:
+            died = True
+            return True
+        return False
+
+    consumer = CrashingTransport(once, latency_s=0.4)
+    settings = DispatchSettings(
+        max_in_flight=200, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER
+    )
+    # When the slice is dispatched: one suspect after another, each alone for its solo time
+    # (one at a time until each answered would take 40 x 0.4 s)
+    report = await asyncio.wait_for(dispatch(consumer, items(40), settings), 12)
+    # Then all are done, none dead-lettered, and suspects were out together
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert report.stats.suspected == 40 and report.stats.isolations == 40

@@ -69,6 +69,12 @@ def sim() -> None:
     help="HTTP status for RETRY (503/429 mean overloaded: no attempt is spent).",
 )
 @click.option("--record", type=click.Path(dir_okay=False), default=None, help="Append CSV here.")
+@click.option(
+    "--crash-on",
+    multiple=True,
+    help="Exit at once (code 70) on a delivery whose value contains this text: a poison pill"
+    " that kills the consumer (repeatable). Run it under a supervisor that restarts it.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 def consumer(*, listen: str, **options: Any) -> None:
     """Serve a simulated consumer until Ctrl-C / SIGTERM.
@@ -98,6 +104,7 @@ def settings_from_options(
     http_retry_status: str,
     record: str | None,
     seed: int,
+    crash_on: tuple[str, ...] = (),
 ) -> SimSettings:
     """The simulated consumer's settings from ``siding sim consumer``'s options."""
     from siding.devkit.sim_consumer import Behaviour, SimSettings
@@ -123,6 +130,7 @@ def settings_from_options(
         webhook_secret=webhook_secret,
         record=record,
         http_retry_status=int(http_retry_status),
+        crash_on=tuple(crash_on),
     )
 
 

@@ -64,6 +64,9 @@ def parse_latency(text: str) -> tuple[float, float]:
     return bounds
 
 
+CRASH_EXIT_CODE = 70
+
+
 class Fate(enum.Enum):
     ACK = "ack"
     RETRY = "retry"
@@ -190,6 +193,9 @@ class SimSettings:
     # RETRY in HTTP: 500 is a retry-lane move; 503/429 mean "overloaded" (BACKOFF, no attempt
     # spent), so with them --retry-until-attempt would never get past the first attempt.
     http_retry_status: int = 500
+    # The process exits at once on a delivery whose value contains one of these (after recording
+    # it): a poison pill that kills the consumer. Only for a consumer in its own process.
+    crash_on: tuple[str, ...] = ()
 
 
 class _Core:
@@ -200,10 +206,14 @@ class _Core:
         self.received = 0
         self._recorder = Recorder(settings.record) if settings.record else None
 
-    def receive(self, delivery_id: str, attempt: int, headers: Mapping[str, str]) -> Plan:
+    def receive(
+        self, delivery_id: str, attempt: int, headers: Mapping[str, str], value: bytes | None
+    ) -> Plan:
         self.received += 1
         if self._recorder is not None:
             self._recorder.write(record_line(delivery_id, attempt, time.time(), headers))
+        if value is not None and any(pill.encode() in value for pill in self.settings.crash_on):
+            os._exit(CRASH_EXIT_CODE)  # no cleanup, no answer: as a segfault or an OOM kill would
         return plan(self.settings.behaviour, delivery_id, attempt)
 
     async def carry_out(self, step: Plan) -> Fate:
@@ -244,7 +254,8 @@ class _GrpcSim:
         self.port = 0
 
     async def _handle(self, delivery: Delivery) -> Reply:
-        step = self.core.receive(delivery.id, delivery.attempt, _text_headers(delivery.headers))
+        headers = _text_headers(delivery.headers)
+        step = self.core.receive(delivery.id, delivery.attempt, headers, delivery.value)
         return _reply(self.core, await self.core.carry_out(step))
 
     async def start(self) -> None:
@@ -280,7 +291,7 @@ class _HttpSim:
         if not delivery_id:
             return web.Response(status=400, text="no webhook-id header")
         attempt = int(headers.get("siding-attempt", "1") or 1)
-        fate = await self.core.carry_out(self.core.receive(delivery_id, attempt, headers))
+        fate = await self.core.carry_out(self.core.receive(delivery_id, attempt, headers, body))
         if fate is Fate.DEAD:
             return web.Response(status=422, text="sim: dead")
         if fate is Fate.RETRY:
@@ -430,6 +441,8 @@ def cli_args(settings: SimSettings, listen: str) -> list[str]:
         args += ["--retry-after", f"{b.retry_after_s!r}s"]
     if settings.record is not None:
         args += ["--record", settings.record]
+    for pill in settings.crash_on:
+        args += ["--crash-on", pill]
     return args
 
 
@@ -500,6 +513,16 @@ class SimConsumerProcess:
             if readable and not line:
                 raise SidingError(f"the simulated consumer exited with code {proc.wait()}")
         raise SidingError(f"the simulated consumer did not start within {timeout_s:g}s")
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process has ended on its own; ``None`` while it runs."""
+        return None if self._proc is None else self._proc.poll()
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies with whatever it holds."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None

@@ -1,9 +1,12 @@
-"""Pure: which messages are suspected of killing the consumer, which to try alone next, and when
-one is convicted (docs/dispatch.md, "Suspects").
+"""Pure: which messages are suspected of killing the consumer, which to try next, and when one is
+convicted (docs/dispatch.md, "Suspects").
 
 A message that was out when the consumer went away (``Outcome.lost``) becomes a suspect: no
-attempt is spent, and the death is counted against it. Suspects are sent one at a time (the
-*isolation slot*) while the other messages flow at the normal limit; a suspect answered normally
+attempt is spent, and the death is counted against it. Suspects go out one after another, each
+alone for ``solo_s`` before the next may follow (a pill kills at once; a slow innocent should
+not hold the others back), while the other messages flow at the normal limit. A suspect that was
+out together with another suspect when the consumer died must prove itself alone: it is
+*exclusive*, and no other suspect goes out until it has its answer. A suspect answered normally
 is cleared. One that was the only suspect out when the consumer died ``crash_limit`` times is
 convicted, but only once some other message has been answered since it became a suspect: when
 every message dies the same way the endpoint is down, and that is the breaker's business.
@@ -14,11 +17,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+SOLO_S = 0.1
+
+
 @dataclass(slots=True)
 class _Suspect:
     deaths: int
     served_mark: int  # answers the window had seen when this message became a suspect
     lone: int = 0
+    exclusive: bool = False
+
+
+@dataclass(slots=True)
+class _Out:
+    started: float
+    shared: bool  # another suspect was out at some point while this one was
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +47,16 @@ class Conviction:
 
 
 class Suspects:
-    """The suspects of one dispatch, by item index."""
+    """The suspects of one dispatch, by item index; times are monotonic seconds."""
 
-    def __init__(self, crash_limit: int) -> None:
+    def __init__(self, crash_limit: int, solo_s: float = SOLO_S) -> None:
         if crash_limit < 1:
             raise ValueError(f"crash_limit must be at least 1, got {crash_limit}")
         self._limit = crash_limit
+        self._solo_s = solo_s
         self._known: dict[int, _Suspect] = {}
         self._waiting: dict[int, int] = {}  # index -> due epoch ms, for suspects not out
-        self.isolating: int | None = None
+        self._out: dict[int, _Out] = {}
         self.served = 0
         self.suspected = 0
         self.isolations = 0
@@ -53,6 +67,10 @@ class Suspects:
 
     def __len__(self) -> int:
         return len(self._known)
+
+    @property
+    def out(self) -> frozenset[int]:
+        return frozenset(self._out)
 
     def seed(self, index: int, deaths: int) -> None:
         """A message that arrives already suspected (its earlier call was lost)."""
@@ -67,14 +85,12 @@ class Suspects:
             self.served += 1
         self._known.pop(index, None)
         self._waiting.pop(index, None)
-        if self.isolating == index:
-            self.isolating = None
+        self._out.pop(index, None)
 
     def refused(self, index: int) -> None:
         """A suspect was turned away without being handled (consumer down or busy): it keeps
-        its suspicion and gives the slot up."""
-        if self.isolating == index:
-            self.isolating = None
+        its suspicion and is no longer out."""
+        self._out.pop(index, None)
 
     def died(self, index: int) -> Conviction | None:
         """The consumer went away with ``index`` out; a ``Conviction`` when that settles it."""
@@ -83,9 +99,12 @@ class Suspects:
             suspect = self._known[index] = _Suspect(0, self.served)
             self.suspected += 1
         suspect.deaths += 1
-        if self.isolating == index:
-            self.isolating = None
-            suspect.lone += 1
+        out = self._out.pop(index, None)
+        if out is not None:
+            if out.shared:
+                suspect.exclusive = True
+            else:
+                suspect.lone += 1
         if suspect.lone >= self._limit and self.served > suspect.served_mark:
             del self._known[index]
             self.convicted += 1
@@ -99,16 +118,28 @@ class Suspects:
     def next_due_ms(self) -> int | None:
         return min(self._waiting.values()) if self._waiting else None
 
-    def take(self, now_ms: int) -> int | None:
-        """The suspect to send alone now, if the slot is free: the one with the most lone
-        deaths, then the most deaths, then the earliest; ``None`` if none is due."""
-        if self.isolating is not None:
-            return None
+    def take(self, now_ms: int, now: float) -> tuple[int | None, float | None]:
+        """(the suspect to send now, or ``None``; the seconds until the next one may follow the
+        suspects out, or ``None`` when none is due or the next waits for an answer).
+
+        The next is the one with the most lone deaths, then the most deaths, then the earliest.
+        It may go when no suspect is out, or when neither it nor any suspect out is exclusive
+        and the latest one out has been out alone for ``solo_s``."""
         due = [i for i, at in self._waiting.items() if at <= now_ms]
         if not due:
-            return None
+            return None, None
         index = min(due, key=lambda i: (-self._known[i].lone, -self._known[i].deaths, i))
+        if self._out:
+            if self._known[index].exclusive or any(
+                self._known[i].exclusive for i in self._out if i in self._known
+            ):
+                return None, None
+            left = max(o.started for o in self._out.values()) + self._solo_s - now
+            if left > 0:
+                return None, left
+            for other in self._out.values():
+                other.shared = True
         del self._waiting[index]
-        self.isolating = index
+        self._out[index] = _Out(now, shared=bool(self._out))
         self.isolations += 1
-        return index
+        return index, None

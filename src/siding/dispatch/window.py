@@ -172,31 +172,37 @@ class _Window:
         now_ms = self._now_ms()
         return _earliest(self._launch_suspect(now_ms), self._launch_due(now_ms))
 
-    def _may_start(self) -> float | bool | None:
-        """True when a send may start now; else what ``_launch`` should return."""
+    def _may_start(self, *, take: bool = True) -> float | bool | None:
+        """True when a send may start now (taking a rate-limit token unless ``take`` is off);
+        else what ``_launch`` should return."""
         if len(self._in_flight) >= self._limit.current:
             return None
         if self._breaker.state is not BreakerState.CLOSED:
             self._wait_for_breaker()
             return None
-        if self._bucket is not None and not self._bucket.try_take():
-            return self._bucket.wait_s()
+        if self._bucket is not None:
+            wait_s = self._bucket.wait_s()
+            if wait_s > 0 or (take and not self._bucket.try_take()):
+                return wait_s
         return True
 
     def _launch_suspect(self, now_ms: int) -> float | None:
-        """Send the next suspect alone, when the isolation slot is free (docs/dispatch.md)."""
-        due_ms = self._suspects.next_due_ms()
-        if due_ms is None or self._suspects.isolating is not None:
-            return None
-        if due_ms > now_ms:
-            return (due_ms - now_ms) / 1000
-        may = self._may_start()
-        if may is not True:
-            return may
-        index = self._suspects.take(now_ms)
-        if index is not None:
+        """Send the suspects whose turn it is (docs/dispatch.md, "Suspects")."""
+        while True:
+            due_ms = self._suspects.next_due_ms()
+            if due_ms is None:
+                return None
+            if due_ms > now_ms:
+                return (due_ms - now_ms) / 1000
+            may = self._may_start(take=False)
+            if may is not True:
+                return may
+            index, wait_s = self._suspects.take(now_ms, time.monotonic())
+            if index is None:
+                return wait_s
+            if self._bucket is not None:
+                self._bucket.try_take()  # there is one: wait_s() was 0
             self._start_send(index)
-        return None
 
     def _launch_due(self, now_ms: int) -> float | None:
         while self._due:
