@@ -75,8 +75,8 @@ def test_suspects_follow_each_other_after_a_solo_time_the_most_suspicious_first(
     s.wait(2, 0)
     s.wait(9, 50)
     assert s.take(0, now=0.0) == (2, None)  # equal deaths: the earliest
-    index, wait_s = s.take(0, now=0.04)  # the first is alone for its solo time
-    assert index is None and wait_s == pytest.approx(0.06)
+    waiting, wait_s = s.take(0, now=0.04)  # the first is alone for its solo time
+    assert waiting is None and wait_s == pytest.approx(0.06)
     assert s.take(0, now=0.1) == (4, None)
     assert s.take(0, now=0.3) == (None, None)  # 9 is not due yet
     s.answered(2, served=True)  # answered: cleared
