@@ -17,7 +17,7 @@ from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, Late
 from siding.errors import SidingError
 from siding.model import OutcomeKind
 from siding.pipeline.metrics import MetricsSink
-from siding.pipeline.task import TaskResult
+from siding.pipeline.task import TaskResult, reason_label
 
 Queries = list[QueryHealth]
 
@@ -216,3 +216,50 @@ def test_parked_calls_and_the_park_lane_are_shown(
     }
     assert samples[("siding_records_total", "main", "parked")] == 4
     assert samples[("siding_records_total", "parked", "ack")] == 4
+
+
+def test_suspects_convictions_and_holdouts_are_shown(
+    server: ControlServer, metrics: MetricsSink
+) -> None:
+    # Given two batches: one where the consumer died on a message and it was convicted, one
+    # where a message was turned away for a whole deadline and moved on
+    died = DispatchStats(suspected=12, isolations=15, convicted=1)
+    held = DispatchStats(holdouts=(("billing/0/7", "grpc RESOURCE_EXHAUSTED: slow down"),))
+    metrics.on_result("billing", 0, [TaskResult(records=10, to_dlq=1, stats=died)], 0.1)
+    metrics.on_result("billing", 0, [TaskResult(records=1, to_lane=1, stats=held)], 0.1)
+    # Then /status and /metrics show them
+    _, doc = get_json(server, "/status")
+    route = next(r for r in doc["routes"] if r["name"] == "billing")
+    (lane,) = [lane for lane in route["lanes"] if lane["label"] == "main"]
+    assert lane["suspects"] == {"suspected": 12, "isolations": 15, "convicted": 1}
+    assert lane["holdouts"]["moved_on"] == 1
+    assert lane["holdouts"]["latest"] == [
+        {"id": "billing/0/7", "reason": "grpc RESOURCE_EXHAUSTED: slow down"}
+    ]
+    _, _, text = get(server, "/metrics")
+    samples = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+        if s.labels.get("route") == "billing" and s.labels.get("lane") == "main"
+    }
+    assert samples["siding_suspects_total"] == 12
+    assert samples["siding_isolations_total"] == 15
+    assert samples["siding_crash_convictions_total"] == 1
+    assert samples["siding_holdouts_total"] == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "label"),
+    [
+        (
+            "the consumer died 4 times while handling this message (3 of them alone); last: x",
+            "the consumer died N times while handling this message",
+        ),
+        ("http 413: message too large for the endpoint (6291456 bytes): body", "http 413"),
+        ("message too large: 6291475 bytes is more than max_message_bytes=1", "message too large"),
+        ("consumer answered DEAD", "consumer answered DEAD"),
+    ],
+)
+def test_dead_letter_reasons_are_labels_of_few_values(reason: str, label: str) -> None:
+    assert reason_label(reason) == label

@@ -137,3 +137,40 @@ async def test_one_message_told_to_back_off_while_others_are_served_moves_to_a_l
     assert isinstance(step, ToLane)
     assert "back off" in step.reason
     assert all(isinstance(step, Done) for i, step in steps.items() if i != stuck)
+
+
+async def test_a_lone_message_turned_away_while_probes_say_up_moves_on_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a slice of one message that the endpoint keeps turning away ("slow down"), while
+    # its health probe says it is up: no other message is left to show that
+    transport = ScriptedTransport({items(1)[0].delivery.id: Outcome(OutcomeKind.BACKOFF, "busy")})
+    settings = DispatchSettings(max_in_flight=20, deadline_s=0.3, lanes=LANES, breaker=FAST_BREAKER)
+    # When it is dispatched
+    with caplog.at_level("WARNING", logger="siding.dispatch.window"):
+        report = await asyncio.wait_for(
+            dispatch(transport, items(1), settings, rand=lambda: 0.0), 10
+        )
+    # Then it does not loop in silence: each step after the first is logged with its id and
+    # reason, and after a deadline of it, it moves to its next lane like any RETRY
+    (settled,) = report.settled
+    assert isinstance(settled.step, ToLane)
+    assert "back off" in settled.step.reason and "busy" in settled.step.reason
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged and all(items(1)[0].delivery.id in m and "busy" in m for m in logged)
+    assert report.stats.holdouts == ((items(1)[0].delivery.id, "busy"),)
+
+
+async def test_a_lone_message_turned_away_while_the_endpoint_is_down_waits() -> None:
+    # Given the same lone message, but the endpoint is down: probes fail (an outage)
+    transport = ScriptedTransport()
+    transport.set_down(True)
+    settings = DispatchSettings(max_in_flight=20, deadline_s=0.1, lanes=LANES, breaker=FAST_BREAKER)
+    task = asyncio.create_task(dispatch(transport, items(1), settings, rand=lambda: 0.0))
+    await asyncio.sleep(0.6)
+    # Then it keeps waiting behind the breaker, long past its deadline: not moved to a lane
+    assert transport.probes > 0
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -60,6 +60,27 @@ class SnapshotCollector(Collector):
         last_batch = GaugeMetricFamily(
             "siding_last_batch_seconds", "Duration of the lane's last batch.", labels=_LABELS
         )
+        suspects = CounterMetricFamily(
+            "siding_suspects",
+            "Deliveries that were out when the consumer went away (no attempt spent; each then"
+            " goes out alone before the others of its kind).",
+            labels=_LABELS,
+        )
+        isolations = CounterMetricFamily(
+            "siding_isolations", "Sends of a suspect on its own.", labels=_LABELS
+        )
+        convictions = CounterMetricFamily(
+            "siding_crash_convictions",
+            "Records dead-lettered because the consumer died crash_limit times while handling"
+            " them alone.",
+            labels=_LABELS,
+        )
+        holdouts = CounterMetricFamily(
+            "siding_holdouts",
+            "Records moved to their next lane after being turned away for a whole deadline while"
+            " the endpoint was up.",
+            labels=_LABELS,
+        )
         breaker = GaugeMetricFamily(
             "siding_breaker_state",
             "1 for the circuit breaker's current state, 0 for the others.",
@@ -83,9 +104,14 @@ class SnapshotCollector(Collector):
             )
             in_flight.add_metric(labels, lane.last_in_flight)
             last_batch.add_metric(labels, lane.last_batch_s)
+            suspects.add_metric(labels, lane.suspected)
+            isolations.add_metric(labels, lane.isolations)
+            convictions.add_metric(labels, lane.convicted)
+            holdouts.add_metric(labels, lane.holdouts)
             for state in BreakerState:
                 breaker.add_metric([*labels, state.value], 1.0 if lane.breaker is state else 0.0)
-        yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch, breaker)
+        yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch)
+        yield from (suspects, isolations, convictions, holdouts, breaker)
 
 
 def metrics_registry(snapshot: Callable[[], Snapshot]) -> CollectorRegistry:

@@ -62,6 +62,15 @@ def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any
         },
         "outcomes": {kind.value: n for kind, n in sorted(metrics.outcomes.items(), key=_kind)},
         "dead_reasons": dict(sorted(metrics.dead_reasons.items())),
+        "suspects": {
+            "suspected": metrics.suspected,
+            "isolations": metrics.isolations,
+            "convicted": metrics.convicted,
+        },
+        "holdouts": {
+            "moved_on": metrics.holdouts,
+            "latest": [{"id": i, "reason": r} for i, r in metrics.recent_holdouts],
+        },
     }
 
 

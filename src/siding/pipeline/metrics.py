@@ -18,6 +18,7 @@ from siding.pipeline.batch import BatchSink
 from siding.pipeline.task import TaskResult
 
 RATE_WINDOW_S = 10.0
+MAX_RECENT_HOLDOUTS = 10
 
 LaneKey = tuple[str, int]
 K = TypeVar("K")
@@ -42,6 +43,14 @@ class LaneMetrics:
     max_in_flight: int = 0
     breaker: BreakerState = BreakerState.CLOSED
     breaker_changed_at: float | None = None
+    # Suspects (docs/dispatch.md): messages out when the consumer went away, suspect sends, and
+    # the ones dead-lettered because the consumer died on them; holdouts: messages moved on
+    # after being turned away for a whole deadline, with the latest (id, reason).
+    suspected: int = 0
+    isolations: int = 0
+    convicted: int = 0
+    holdouts: int = 0
+    recent_holdouts: tuple[tuple[str, str], ...] = ()
     # (monotonic time, records settled) per batch, oldest first, within the rate window.
     recent: tuple[tuple[float, int], ...] = ()
 
@@ -127,6 +136,13 @@ def fold_batch(
         breaker=breaker,
         breaker_changed_at=changed_at,
         recent=recent,
+        suspected=current.suspected + sum(s.suspected for s in stats),
+        isolations=current.isolations + sum(s.isolations for s in stats),
+        convicted=current.convicted + sum(s.convicted for s in stats),
+        holdouts=current.holdouts + sum(len(s.holdouts) for s in stats),
+        recent_holdouts=(*current.recent_holdouts, *(h for s in stats for h in s.holdouts))[
+            -MAX_RECENT_HOLDOUTS:
+        ],
     )
 
 

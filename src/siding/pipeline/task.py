@@ -7,6 +7,7 @@ means every record of its slice has a durable outcome (invariant 1).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
@@ -191,7 +192,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             flush=True,
         )
     reasons: Counter[str] = Counter(
-        s.step.reason.split(":")[0] for s in dead if isinstance(s.step, ToDlq)
+        reason_label(s.step.reason) for s in dead if isinstance(s.step, ToDlq)
     )
     return tally(
         settled,
@@ -200,6 +201,15 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         park_events=park_events(plan, settled),
         dead_reasons=dict(reasons),
     )
+
+
+def reason_label(reason: str) -> str:
+    """A dead letter's reason as a metric label: its head, with counts made ``N`` so that
+    "the consumer died 4 times ..." and "... 5 times ..." count together (status codes stay)."""
+    head = reason.split(":", maxsplit=1)[0].split(" (", maxsplit=1)[0].strip()
+    if head.startswith(("http ", "grpc ")):
+        return head
+    return re.sub(r"\d+", "N", head)
 
 
 def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
