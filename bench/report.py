@@ -43,6 +43,19 @@ _ROWS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
         ("msgs/s, no poison", "siding_msgs_per_s_without_poison", "", ""),
         ("DLQ exact / lost", "dlq_exact+lost", "", ""),
     ),
+    "crash_pill": (
+        ("deaths until the pill was convicted", "with_pill.deaths", "", ""),
+        (
+            "seconds, first death to conviction",
+            "with_pill.seconds_first_death_to_conviction",
+            "",
+            "",
+        ),
+        ("duplicate deliveries (innocent)", "with_pill.duplicate_deliveries", "", ""),
+        ("innocent messages in the DLQ", "with_pill.innocent_in_dlq", "", ""),
+        ("p50 / p99 ms, during isolation", "with_pill.during_isolation_p50_ms+p99", "", ""),
+        ("p50 / p99 ms, no pill", "without_pill.p50_ms+p99", "", ""),
+    ),
     "cost": (
         ("CPU s per 1,000 msgs", "cpu_s_per_1000", "", ""),
         ("transport floor", "floor_cpu_s_per_1000", "", ""),
@@ -71,6 +84,10 @@ def machine() -> str:
 def field(entry: Entry, path: str) -> Any:
     if path == "dlq_exact+lost":
         return f"{entry.get('dlq_exact')} / {entry.get('lost')}"
+    if path.endswith("+p99"):
+        p50 = field(entry, path.removesuffix("+p99"))
+        p99 = field(entry, path.removesuffix("+p99").replace("p50", "p99"))
+        return f"{cell(p50)} / {cell(p99)}"
     value: Any = entry
     for part in path.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None

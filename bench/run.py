@@ -21,6 +21,7 @@ from typing import Any
 from bench import report
 from bench.workloads import (
     cost,
+    crash_pill,
     hol,
     hol_peers,
     latency_curve,
@@ -45,6 +46,7 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "hol_peers": hol_peers.run,
         "latency_curve": latency_curve.run,
         "poison_pills": poison_pills.run,
+        "crash_pill": crash_pill.run,
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.report import build_report, cell, machine, markdown, write
+from bench.report import build_report, cell, field, machine, markdown, write
 from bench.workloads.context import scale_from_env, scaled
 
 ENTRIES: list[dict[str, Any]] = [
@@ -76,3 +76,8 @@ def test_scale_comes_from_the_environment_and_floors_counts() -> None:
     assert scale_from_env({"SIDING_BENCH_SCALE": "0.1"}) == 0.1
     assert scaled(10_000, 0.1) == 1000
     assert scaled(10_000, 0.0001, floor=500) == 500
+
+
+def test_a_p50_p99_pair_is_one_cell() -> None:
+    entry = {"with_pill": {"during_isolation_p50_ms": 12.0, "during_isolation_p99_ms": 2900.0}}
+    assert field(entry, "with_pill.during_isolation_p50_ms+p99") == "12.000 / 2,900.0"

@@ -1,0 +1,104 @@
+"""A message that kills the consumer (issue 18): 3,000 messages at 100 msg/s to a route with the
+defaults over the gRPC stream; one message makes the consumer exit at once, and a supervisor
+restarts it 2 s after each exit, as Kubernetes would. Against the same traffic without the pill.
+
+Reports the deaths until the pill was convicted (dead-lettered), the time from the first death to
+the conviction, the duplicate deliveries of innocent messages, and the produce-to-delivery
+latency of innocent messages, overall and for those produced while the isolation ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from bench.workloads.context import BenchContext, scaled
+from bench.workloads.measure import first_receipts, rounded_percentile
+from bench.workloads.traffic import start_producer
+from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings, read_records
+from siding.devkit.supervisor import Supervisor
+from siding.devkit.wait import wait_until
+from siding.model import delivery_id
+
+MESSAGES = 3000
+RATE = 100.0
+LATENCY_S = (0.005, 0.015)
+RESTART_S = 2.0
+CRASH_LIMIT = 3
+
+
+def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
+    topic = ctx.topic("crash" if pill is not None else "crash-none")
+    ctx.create_topic(topic)
+    record = ctx.record_file(topic)
+    crash_on = (f'"seq": {pill}}}',) if pill is not None else ()
+    settings = SimSettings(
+        behaviour=Behaviour(latency_s=LATENCY_S), record=str(record), crash_on=crash_on
+    )
+    pill_id = delivery_id(topic, 0, pill - 1) if pill is not None else None  # seq n = offset n-1
+    convicted_at = None
+    with Supervisor(SimConsumerProcess(settings), restart_s=RESTART_S) as supervisor:
+        target = supervisor.consumer.target
+        with ctx.pipeline(topic, target, crash_limit=CRASH_LIMIT) as run:
+            producer = start_producer(ctx, topic, count, RATE)
+            if pill_id is not None:
+                wait_until(lambda: bool(run.dead_letters()), timeout_s=300, check=run.check)
+                convicted_at = time.time()
+            producer.join()
+            run.wait_committed({0: count}, timeout_s=300)
+            letters = run.dead_letters()
+        deaths = list(supervisor.exits)
+    received = read_records(record)
+    times = Counter(r.delivery_id for r in received)
+    innocent = {i for i in times if i != pill_id}
+    firsts = first_receipts(r for r in received if r.delivery_id in innocent)
+    lat = [(r.received_s - r.produced_s) * 1000 for r in firsts.values() if r.produced_s]
+    during: list[float] = []
+    if deaths and convicted_at is not None:
+        began = deaths[0][0]
+        during = [
+            (r.received_s - r.produced_s) * 1000
+            for r in firsts.values()
+            if r.produced_s is not None and began <= r.produced_s <= convicted_at
+        ]
+    return {
+        "deaths": len(deaths),
+        "convicted": [x.story.reason for x in letters if x.story is not None],
+        "seconds_first_death_to_conviction": (
+            round(convicted_at - deaths[0][0], 1) if deaths and convicted_at else None
+        ),
+        "innocent_in_dlq": sum(
+            1 for x in letters if x.story is not None and x.story.origin.delivery_id != pill_id
+        ),
+        "innocent_delivered": len(firsts),
+        "duplicate_deliveries": sum(n - 1 for i, n in times.items() if i in innocent),
+        "p50_ms": rounded_percentile(lat, 50),
+        "p99_ms": rounded_percentile(lat, 99),
+        "during_isolation_messages": len(during),
+        "during_isolation_p50_ms": rounded_percentile(during, 50),
+        "during_isolation_p99_ms": rounded_percentile(during, 99),
+    }
+
+
+def run(ctx: BenchContext) -> list[dict[str, Any]]:
+    count = scaled(MESSAGES, ctx.scale, floor=600)
+    pill = count // 3
+    with_pill = _run(ctx, count, pill)
+    without = _run(ctx, count, None)
+    return [
+        {
+            "name": "crash_pill",
+            "messages": count,
+            "with_pill": with_pill,
+            "without_pill": without,
+            "settings": {
+                "rate_msgs_per_s": RATE,
+                "latency_ms": [x * 1000 for x in LATENCY_S],
+                "restart_s": RESTART_S,
+                "crash_limit": CRASH_LIMIT,
+                "transport": "grpc stream",
+                "route": "defaults + crash_limit",
+            },
+        }
+    ]
