@@ -80,4 +80,4 @@ def test_scale_comes_from_the_environment_and_floors_counts() -> None:
 
 def test_a_p50_p99_pair_is_one_cell() -> None:
     entry = {"with_pill": {"during_isolation_p50_ms": 12.0, "during_isolation_p99_ms": 2900.0}}
-    assert field(entry, "with_pill.during_isolation_p50_ms+p99") == "12.000 / 2,900.0"
+    assert field(entry, "with_pill.during_isolation_p50_ms+p99") == "12.0 / 2,900.0"
