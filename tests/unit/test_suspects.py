@@ -42,15 +42,14 @@ def take(s: Suspects, now: float = 0.0) -> int | None:
 
 def test_a_suspect_alone_at_crash_limit_deaths_is_convicted_once_others_were_served() -> None:
     s = Suspects(crash_limit=2)
-    assert s.died(7) is None  # out with others: a suspect, one death
+    assert s.died(7, served=0) is None  # out with others: a suspect, one death
     assert 7 in s and s.suspected == 1
-    s.answered(1, served=True)  # the consumer works for someone else
     s.wait(7, 0)
     assert take(s) == 7
-    assert s.died(7) is None  # alone once
+    assert s.died(7, served=1) is None  # alone once; the consumer answered someone else
     s.wait(7, 0)
     assert take(s) == 7
-    conviction = s.died(7)
+    conviction = s.died(7, served=1)
     assert conviction is not None and (conviction.deaths, conviction.lone) == (3, 2)
     assert "the consumer died 3 times while handling this message" in conviction.reason("x")
     assert 7 not in s and s.convicted == 1 and s.isolations == 2
@@ -59,18 +58,18 @@ def test_a_suspect_alone_at_crash_limit_deaths_is_convicted_once_others_were_ser
 def test_no_conviction_while_no_other_message_is_answered() -> None:
     # Every message dies the same way: an outage, the breaker's business, not the DLQ's.
     s = Suspects(crash_limit=1)
-    s.died(3)
+    s.died(3, served=4)
     for _ in range(5):
         s.wait(3, 0)
         assert take(s) == 3
-        assert s.died(3) is None
+        assert s.died(3, served=4) is None
     assert 3 in s and s.convicted == 0
 
 
 def test_suspects_follow_each_other_after_a_solo_time_the_most_suspicious_first() -> None:
     s = Suspects(crash_limit=3, solo_s=0.1)
     for index in (4, 2, 9):
-        s.died(index)
+        s.died(index, 0)
     s.wait(4, 0)
     s.wait(2, 0)
     s.wait(9, 50)
@@ -79,32 +78,32 @@ def test_suspects_follow_each_other_after_a_solo_time_the_most_suspicious_first(
     assert waiting is None and wait_s == pytest.approx(0.06)
     assert s.take(0, now=0.1) == (4, None)
     assert s.take(0, now=0.3) == (None, None)  # 9 is not due yet
-    s.answered(2, served=True)  # answered: cleared
+    s.answered(2)  # answered: cleared
     assert 2 not in s and s.out == {4}
 
 
 def test_suspects_out_together_at_a_death_must_each_prove_themselves_alone() -> None:
     s = Suspects(crash_limit=3, solo_s=0.1)
     for index in (1, 2, 3):
-        s.died(index)
+        s.died(index, 0)
         s.wait(index, 0)
     assert take(s, 0.0) == 1
     assert take(s, 0.2) == 2
     # the consumer dies with both out: no lone death for either, both now exclusive
-    s.died(1)
-    s.died(2)
+    s.died(1, 0)
+    s.died(2, 0)
     s.wait(1, 0)
     s.wait(2, 0)
     assert take(s, 0.3) == 1  # the most deaths first
     assert s.take(0, 5.0) == (None, None)  # 1 is exclusive: nobody follows it
-    s.died(1)  # alone: a lone death
+    s.died(1, 0)  # alone: a lone death
     s.wait(1, 0)
     assert take(s, 6.0) == 1  # the most lone deaths first
 
 
 def test_a_suspect_turned_away_keeps_its_suspicion_and_leaves_the_slot() -> None:
     s = Suspects(crash_limit=3)
-    s.died(1)
+    s.died(1, 0)
     s.wait(1, 0)
     assert take(s) == 1
     s.refused(1)
@@ -113,8 +112,8 @@ def test_a_suspect_turned_away_keeps_its_suspicion_and_leaves_the_slot() -> None
 
 def test_a_message_that_arrives_suspected_is_isolated_from_the_start() -> None:
     s = Suspects(crash_limit=3)
-    s.seed(5, deaths=1)
-    s.seed(6, deaths=0)
+    s.seed(5, deaths=1, served=0)
+    s.seed(6, deaths=0, served=0)
     assert 5 in s and 6 not in s
 
 

@@ -143,6 +143,8 @@ class CircuitBreaker:
         # Grows each time the endpoint shows it is up (a real answer, a good probe): a message
         # refused again and again while this grows is singled out, not a sign of an outage.
         self.ups = 0
+        # Grows with every real answer only: whether the consumer works for anyone (suspects).
+        self.served = 0
 
     @property
     def settings(self) -> BreakerSettings:
@@ -164,6 +166,7 @@ class CircuitBreaker:
     def mark_up(self) -> None:
         """The endpoint really answered a message."""
         self.ups += 1
+        self.served += 1
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` on every state change; returns the function that removes it."""

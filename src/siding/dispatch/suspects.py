@@ -8,8 +8,9 @@ not hold the others back), while the other messages flow at the normal limit. A 
 out together with another suspect when the consumer died must prove itself alone: it is
 *exclusive*, and no other suspect goes out until it has its answer. A suspect answered normally
 is cleared. One that was the only suspect out when the consumer died ``crash_limit`` times is
-convicted, but only once some other message has been answered since it became a suspect: when
-every message dies the same way the endpoint is down, and that is the breaker's business.
+convicted, but only once the endpoint has answered some other message since it became a suspect
+(``served``: real answers counted per endpoint, by every dispatch of the worker): when every
+message dies the same way the endpoint is down, and that is the breaker's business.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ SOLO_S = 0.1
 @dataclass(slots=True)
 class _Suspect:
     deaths: int
-    served_mark: int  # answers the window had seen when this message became a suspect
+    served_mark: int  # the endpoint's answers so far when this message became a suspect
     lone: int = 0
     exclusive: bool = False
 
@@ -56,7 +57,6 @@ class Suspects:
         self._known: dict[int, _Suspect] = {}
         self._waiting: dict[int, int] = {}  # index -> due epoch ms, for suspects not out
         self._out: dict[int, _Out] = {}
-        self.served = 0
         self.suspected = 0
         self.isolations = 0
         self.convicted = 0
@@ -71,17 +71,22 @@ class Suspects:
     def out(self) -> frozenset[int]:
         return frozenset(self._out)
 
-    def seed(self, index: int, deaths: int) -> None:
+    def seed(self, index: int, deaths: int, served: int) -> None:
         """A message that arrives already suspected (its earlier call was lost)."""
         if deaths > 0:
-            self._known[index] = _Suspect(deaths, self.served)
+            self._known[index] = _Suspect(deaths, served)
             self.suspected += 1
 
-    def answered(self, index: int, *, served: bool) -> None:
-        """``index`` has a final answer that is not a death (``served``: a real answer, not a
-        timeout): it is no longer a suspect, and a real answer shows the consumer works."""
-        if served:
-            self.served += 1
+    def deaths(self, index: int) -> int:
+        suspect = self._known.get(index)
+        return suspect.deaths if suspect is not None else 0
+
+    def waiting(self) -> list[int]:
+        """The suspects not out, in index order."""
+        return sorted(self._waiting)
+
+    def answered(self, index: int) -> None:
+        """``index`` has a final answer that is not a death: it is no longer a suspect."""
         self._known.pop(index, None)
         self._waiting.pop(index, None)
         self._out.pop(index, None)
@@ -91,11 +96,12 @@ class Suspects:
         its suspicion and is no longer out."""
         self._out.pop(index, None)
 
-    def died(self, index: int) -> Conviction | None:
-        """The consumer went away with ``index`` out; a ``Conviction`` when that settles it."""
+    def died(self, index: int, served: int) -> Conviction | None:
+        """The consumer went away with ``index`` out (``served``: the endpoint's answers so far);
+        a ``Conviction`` when that settles it."""
         suspect = self._known.get(index)
         if suspect is None:
-            suspect = self._known[index] = _Suspect(0, self.served)
+            suspect = self._known[index] = _Suspect(0, served)
             self.suspected += 1
         suspect.deaths += 1
         out = self._out.pop(index, None)
@@ -104,7 +110,7 @@ class Suspects:
                 suspect.exclusive = True
             else:
                 suspect.lone += 1
-        if suspect.lone >= self._limit and self.served > suspect.served_mark:
+        if suspect.lone >= self._limit and served > suspect.served_mark:
             del self._known[index]
             self.convicted += 1
             return Conviction(suspect.deaths, suspect.lone)

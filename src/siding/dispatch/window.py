@@ -39,6 +39,9 @@ OUTLIER_SHARE = 0.2
 # A message turned away again and again is logged at each step while at most this many of the
 # slice's messages are turned away (more than that is an outage: the breaker's log tells it).
 HOLDOUT_LOG_MAX = 10
+# The most a suspect waits after a death or a refusal before its turn (jittered); the breaker
+# holds it while the consumer is down.
+SUSPECT_PAUSE_S = 0.5
 
 
 def safety_grace_s(deadline_s: float) -> float:
@@ -118,7 +121,7 @@ class _Window:
         self._backoff_since: dict[int, tuple[int, int]] = {}
         self._suspects = Suspects(settings.crash_limit)
         for index, item in enumerate(work):
-            self._suspects.seed(index, item.deaths)
+            self._suspects.seed(index, item.deaths, breaker.served)
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
@@ -301,7 +304,7 @@ class _Window:
             self._breaker.mark_up()
         now_ms = self._now_ms()
         if outcome.lost:
-            conviction = self._suspects.died(index)
+            conviction = self._suspects.died(index, self._breaker.served)
             if conviction is not None:
                 reason = conviction.reason(outcome.reason)
                 log.warning("%s dead-lettered: %s", delivery.id, reason)
@@ -311,7 +314,7 @@ class _Window:
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
             self._suspects.refused(index)
         else:
-            self._suspects.answered(index, served=served)
+            self._suspects.answered(index)
             outcome = self._singled_out(index, outcome, now_ms)
         consecutive = self._backoffs.get(index, 0) + 1
         step = next_step(
@@ -328,6 +331,10 @@ class _Window:
         if isinstance(step, Backoff):
             # Redeliver in place: the attempt is not spent, only time.
             self._backoffs[index] = consecutive
+            if index in self._suspects:
+                # The breaker waits out the restart; a suspect's own pause must not compound
+                # over its deaths and refusals, or each round of isolation grows longer.
+                step = Backoff(SUSPECT_PAUSE_S * self._rand(), step.reason)
             self._log_holdout(index, consecutive, step.reason, now_ms)
             self._schedule(index, now_ms + math.ceil(step.delay_s * 1000))
             return

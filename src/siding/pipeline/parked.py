@@ -73,6 +73,7 @@ class ParkedCalls:
         adoption.breaker.record(outcome.kind)
         if outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer:
             adoption.timer.observe(latency_s)
+            adoption.breaker.mark_up()
         settlement = Settlement(token, outcome, int(time.time() * 1000))
         self._pending.append(
             (adoption.writer, settlement_record(adoption.settle_topic, settlement))
