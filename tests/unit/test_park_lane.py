@@ -9,11 +9,12 @@ from siding.config import parse_config
 from siding.model import Delivery, Outcome, OutcomeKind, delivery_id
 from siding.pipeline.park_task import sort_parked
 from siding.pipeline.plan import TaskPlan, build_plan
-from siding.pipeline.rows import Incoming
+from siding.pipeline.rows import Incoming, incoming
 from siding.pipeline.settlements import STALE_AFTER_MS, SettlementStore
 from siding.policy import Done, ToDlq, ToLane
-from siding.routing import settlement
+from siding.routing import settlement, story
 from siding.routing.producer import OutRecord
+from siding.routing.records import park_record
 from siding.routing.settlement import Settlement
 from siding.transport.outcomes import lost
 
@@ -54,6 +55,7 @@ def test_answered_calls_finish_from_their_answer_and_others_wait_or_go_again() -
         parked(5, "e", not_before_ms=NOW - 1),  # no answer and due: the call was lost
         parked(6, "f"),
         parked(7, "g"),
+        Incoming(parked(8, "h", not_before_ms=NOW - 1).delivery, NOW - 1, deaths=2),  # a suspect
     ]
     answers = {
         "a": answer("a", OutcomeKind.ACK),
@@ -70,7 +72,7 @@ def test_answered_calls_finish_from_their_answer_and_others_wait_or_go_again() -
     assert [i.delivery.offset for i in later] == [4]
     assert {
         lane: [(w.delivery.offset, w.deaths) for w in group] for lane, group in again.items()
-    } == {0: [(5, 0), (6, 0), (7, 1)]}
+    } == {0: [(5, 0), (6, 0), (7, 1), (8, 2)]}
 
 
 def test_a_retry_with_no_lane_left_is_dead_lettered() -> None:
@@ -132,3 +134,14 @@ def test_the_store_follows_the_topic_and_forgets_durably() -> None:
     assert sorted((r.key, r.value) for r in written) == [(b"a", None), (b"old", None)]
     store.catch_up()  # the tombstones come back through the topic: nothing changes
     assert set(store.snapshot()) == {"b"}
+
+
+def test_a_handed_over_suspect_carries_its_deaths_through_the_park_topic() -> None:
+    delivery = parked(3, "").delivery
+    record = park_record(
+        delivery, token="t9", not_before_ms=NOW, hops=(), route="billing", park_topic="p", deaths=2
+    )
+    (item,) = incoming([("p", 0, 7, record.key, record.value, list(record.headers), NOW)], lane=1)
+    assert (item.park_token, item.deaths, item.delivery.id) == ("t9", 2, delivery.id)
+    told = story.decode(record.headers)
+    assert told is not None and "suspect" in told.reason

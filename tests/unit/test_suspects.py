@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
-from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch
+from siding.dispatch import BreakerSettings, DispatchSettings, Parked, Work, dispatch
+from siding.dispatch.parking import ParkSettings
 from siding.dispatch.suspects import Suspects
 from siding.model import Delivery, Lane, Ordering, delivery_id
 from siding.policy import Done, ToDlq
@@ -226,3 +228,21 @@ async def test_slow_innocent_suspects_do_not_wait_for_each_other() -> None:
     # Then all are done, none dead-lettered, and suspects were out together
     assert all(isinstance(s.step, Done) for s in report.settled)
     assert report.stats.suspected == 40 and report.stats.isolations == 40
+
+
+async def test_with_parking_the_suspects_left_are_handed_to_the_park_lane() -> None:
+    # Given parking on (unordered), and a consumer that dies on one message
+    work = items(100)
+    pill = work[30].delivery.id
+    consumer = CrashingTransport(lambda d: d.id == pill)
+    settings = replace(SETTINGS, park=ParkSettings(enabled=True), crash_limit=10)
+    # When the slice is dispatched
+    report = await asyncio.wait_for(dispatch(consumer, work, settings), 10)
+    # Then the batch does not wait for the isolation: once only suspects are left, each is
+    # parked with its deaths (the park lane sends it alone); every other message is done
+    parked = {s.work.delivery.id: s.step for s in report.settled if isinstance(s.step, Parked)}
+    assert pill in parked
+    assert all(step.deaths >= 1 for step in parked.values())
+    assert all(isinstance(s.step, Done) for s in report.settled if s.work.delivery.id not in parked)
+    assert report.stats.handed_over == len(parked)
+    assert report.stats.convicted == 0

@@ -58,6 +58,7 @@ class DispatchStats:
     suspected: int = 0
     isolations: int = 0
     convicted: int = 0
+    handed_over: int = 0  # suspects left to the park lane when nothing else was left
     # (delivery id, reason) of messages moved on after being turned away for a whole deadline.
     holdouts: tuple[tuple[str, str], ...] = ()
 
@@ -77,6 +78,7 @@ class StatsRecorder:
         self._transitions: list[BreakerTransition] = []
         self._breaker_wait_s = 0.0
         self._suspects = (0, 0, 0)
+        self._handed_over = 0
         self._holdouts: list[tuple[str, str]] = []
 
     def sent(self, in_flight: int) -> None:
@@ -104,6 +106,9 @@ class StatsRecorder:
     def suspects(self, suspected: int, isolations: int, convicted: int) -> None:
         self._suspects = (suspected, isolations, convicted)
 
+    def handed_over(self) -> None:
+        self._handed_over += 1
+
     def held_out(self, delivery_id: str, reason: str) -> None:
         if len(self._holdouts) < MAX_HOLDOUTS:
             self._holdouts.append((delivery_id, reason))
@@ -128,5 +133,6 @@ class StatsRecorder:
             suspected=self._suspects[0],
             isolations=self._suspects[1],
             convicted=self._suspects[2],
+            handed_over=self._handed_over,
             holdouts=tuple(self._holdouts),
         )

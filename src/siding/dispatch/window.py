@@ -159,6 +159,9 @@ class _Window:
                 self._check_breaker_wait()
                 if not self._unsettled:
                     break
+                if self._may_park and self._unsettled == len(self._suspects):
+                    self._hand_over_suspects()
+                    break
                 wait_s = self._launch()
                 park_in = self._park_in()
                 if park_in is not None and park_in <= 0:
@@ -266,6 +269,30 @@ class _Window:
             self._stats.parked()
             self._settle(index, step)
         self._running.clear()
+
+    def _hand_over_suspects(self) -> None:
+        """Only suspects are left: the park lane isolates them (docs/dispatch.md, "Suspects"),
+        so that the batch, and the partition's main line, need not wait for the consumer's
+        restarts. A suspect out keeps running, parked like any call; one waiting is due at once.
+        """
+        deadline_s = self._settings.deadline_s
+        grace_s = safety_grace_s(deadline_s)
+        now_ms = self._now_ms()
+        for index in sorted({*self._suspects.out, *self._suspects.waiting()}):
+            deaths = self._suspects.deaths(index)
+            token = uuid.uuid4().hex
+            running = self._running.pop(index, None)
+            if running is None:
+                step = Parked(token, now_ms, deaths)
+            else:
+                task, answered, _, started_ms = running
+                task.remove_done_callback(answered)
+                self._in_flight.discard(task)
+                not_before_ms = parked_not_before_ms(started_ms, deadline_s, grace_s)
+                step = Parked(token, not_before_ms, deaths)
+                self._parked.append(ParkedCall(self._work[index], token, task))
+            self._stats.handed_over()
+            self._settle(index, step)
 
     async def _send(self, index: int) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery

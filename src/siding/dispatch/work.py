@@ -13,10 +13,12 @@ from siding.policy import Done, ToDlq, ToLane
 @dataclass(frozen=True, slots=True)
 class Parked:
     """The step of a record whose call was still running when its batch ended
-    (docs/parking.md): it waits in the park topic under ``token`` until ``not_before_ms``."""
+    (docs/parking.md): it waits in the park topic under ``token`` until ``not_before_ms``. A
+    suspect handed over to the park lane has ``deaths`` (docs/dispatch.md, "Suspects")."""
 
     token: str
     not_before_ms: int
+    deaths: int = 0
 
 
 FinalStep = Done | ToLane | ToDlq | Parked

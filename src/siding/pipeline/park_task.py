@@ -42,9 +42,9 @@ def sort_parked(
             finished.append(Settled(Work(delivery), ToDlq(item.malformed)))
             continue
         settlement = settlements.get(item.park_token)
-        deaths = 0
+        deaths = item.deaths
         if settlement is not None:
-            deaths = int(settlement.outcome.lost)
+            deaths += int(settlement.outcome.lost)
             step = next_step(
                 settlement.outcome,
                 delivery.attempt,
@@ -86,6 +86,7 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
             hops=i.hops,
             route=plan.route.name,
             park_topic=plan.park_topic,
+            deaths=i.deaths,
         )
         for i in later
     ]

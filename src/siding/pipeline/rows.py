@@ -31,6 +31,7 @@ class Incoming:
     hops: tuple[LaneHop, ...] = ()
     malformed: str = ""
     park_token: str = ""
+    deaths: int = 0
 
 
 def _headers(raw: Sequence[Any] | None) -> list[tuple[str, bytes | None]]:
@@ -92,6 +93,7 @@ def retry_lane_delivery(row: Sequence[Any]) -> Incoming:
         not_before_ms=told.not_before_ms,
         hops=told.hops,
         park_token=told.park_token,
+        deaths=told.deaths,
     )
 
 

@@ -86,6 +86,7 @@ def route_out(
                     hops=before,
                     route=plan.route.name,
                     park_topic=plan.park_topic,
+                    deaths=step.deaths,
                 )
             )
         elif isinstance(step, ToDlq):
@@ -196,7 +197,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     )
     return tally(
         settled,
-        parked=len(report.parked),
+        parked=len(report.parked_items),
         stats=report.stats,
         park_events=park_events(plan, settled),
         dead_reasons=dict(reasons),

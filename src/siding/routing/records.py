@@ -100,17 +100,23 @@ def park_record(
     hops: tuple[LaneHop, ...],
     route: str,
     park_topic: str,
+    deaths: int = 0,
 ) -> OutRecord:
     """The record that stands for a call still running when its batch ended: same attempt and
-    lane, the call's token, and a not-before after which an unsettled call counts as lost."""
+    lane, the call's token, and a not-before after which an unsettled call counts as lost; or
+    for a suspect handed over (``deaths`` > 0) to be sent alone by the park lane."""
+    reason = "parked: the call outlived its batch"
+    if deaths:
+        reason = f"suspect: the consumer died {deaths} times with it out"
     told = story.StoryHeaders(
         origin=origin_of(delivery),
         attempt=delivery.attempt,
         lane=delivery.lane,
         not_before_ms=not_before_ms,
         hops=hops,
-        reason="parked: the call outlived its batch",
+        reason=reason,
         route=route,
         park_token=token,
+        deaths=deaths,
     )
     return _carry(park_topic, delivery, told)

@@ -26,6 +26,7 @@ REASON = "siding.reason"
 DIED_AT = "siding.died-at"
 ROUTE = "siding.route"
 PARK_TOKEN = "siding.park-token"
+DEATHS = "siding.deaths"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,8 @@ class StoryHeaders:
     route: str = ""
     # Set on a parked record: the call it stands for may still settle it (docs/parking.md).
     park_token: str = ""
+    # A suspect's deaths so far: the consumer went away this many times with it out.
+    deaths: int = 0
 
 
 def user_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
@@ -91,6 +94,8 @@ def encode(story: StoryHeaders) -> Headers:
         fields.append((ROUTE, story.route))
     if story.park_token:
         fields.append((PARK_TOKEN, story.park_token))
+    if story.deaths:
+        fields.append((DEATHS, str(story.deaths)))
     return tuple((name, value.encode()) for name, value in fields)
 
 
@@ -123,4 +128,5 @@ def decode(headers: Iterable[tuple[str, bytes | None]] | None) -> StoryHeaders |
         died_at_ms=int(died) if died else None,
         route=own.get(ROUTE, ""),
         park_token=own.get(PARK_TOKEN, ""),
+        deaths=int(own.get(DEATHS) or 0),
     )
