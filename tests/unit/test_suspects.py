@@ -21,7 +21,9 @@ from siding.transport.fake import CrashingTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
 FAST_BREAKER = BreakerSettings(failure_threshold=3, open_for_s=0.02, max_open_for_s=0.05)
-SETTINGS = DispatchSettings(max_in_flight=10, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER)
+SETTINGS = DispatchSettings(
+    max_in_flight=10, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER, recovery_s=0.05
+)
 
 
 def items(n: int, keys: int = 0) -> list[Work]:
@@ -167,6 +169,7 @@ async def test_two_pills_of_two_keys_are_convicted_and_their_keys_stay_in_order(
         lanes=LANES,
         breaker=FAST_BREAKER,
         ordering=Ordering.KEY,
+        recovery_s=0.05,
     )
     # When the slice is dispatched
     report = await asyncio.wait_for(dispatch(consumer, work, settings), 30)
@@ -246,3 +249,18 @@ async def test_with_parking_the_suspects_left_are_handed_to_the_park_lane() -> N
     assert all(isinstance(s.step, Done) for s in report.settled if s.work.delivery.id not in parked)
     assert report.stats.handed_over == len(parked)
     assert report.stats.convicted == 0
+
+
+async def test_a_suspect_that_killed_the_consumer_alone_lets_it_serve_before_going_again() -> None:
+    # Given a pill and a recovery time of 0.3 s
+    work = items(40)
+    pill = work[5].delivery.id
+    consumer = CrashingTransport(lambda d: d.id == pill, restart_s=0.02)
+    settings = replace(SETTINGS, recovery_s=0.3)
+    report = await asyncio.wait_for(dispatch(consumer, work, settings), 20)
+    # Then after each lone death it waited at least that long before it went again
+    times = [at for at, i in consumer.log if i == pill]
+    assert len(times) == consumer.deaths == settings.crash_limit + 1
+    lone_gaps = [b - a for a, b in zip(times[1:], times[2:], strict=False)]
+    assert all(gap >= 0.3 for gap in lone_gaps), lone_gaps
+    assert report.stats.convicted == 1

@@ -30,6 +30,8 @@ class DispatchSettings:
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
     park: ParkSettings = field(default_factory=ParkSettings)
     crash_limit: int = 3
+    # How long a suspect that alone killed the consumer waits before it may go again.
+    recovery_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.crash_limit < 1:

@@ -81,6 +81,10 @@ class Suspects:
         suspect = self._known.get(index)
         return suspect.deaths if suspect is not None else 0
 
+    def lone(self, index: int) -> int:
+        suspect = self._known.get(index)
+        return suspect.lone if suspect is not None else 0
+
     def waiting(self) -> list[int]:
         """The suspects not out, in index order."""
         return sorted(self._waiting)

@@ -330,8 +330,15 @@ class _Window:
             self._park_timer.observe(latency_s)
             self._breaker.mark_up()
         now_ms = self._now_ms()
+        recovery_s = 0.0
         if outcome.lost:
+            lone = self._suspects.lone(index)
             conviction = self._suspects.died(index, self._breaker.served)
+            if self._suspects.lone(index) > lone:
+                # It waits before it may go again: the consumer restarts and serves the others
+                # for a while between two of its deaths, instead of being killed the moment it
+                # is back (the main line would see one long outage).
+                recovery_s = self._settings.recovery_s
             if conviction is not None:
                 reason = conviction.reason(outcome.reason)
                 log.warning("%s dead-lettered: %s", delivery.id, reason)
@@ -361,7 +368,7 @@ class _Window:
             if index in self._suspects:
                 # The breaker waits out the restart; a suspect's own pause must not compound
                 # over its deaths and refusals, or each round of isolation grows longer.
-                step = Backoff(SUSPECT_PAUSE_S * self._rand(), step.reason)
+                step = Backoff(recovery_s + SUSPECT_PAUSE_S * self._rand(), step.reason)
             self._log_holdout(index, consecutive, step.reason, now_ms)
             self._schedule(index, now_ms + math.ceil(step.delay_s * 1000))
             return

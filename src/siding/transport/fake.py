@@ -132,12 +132,14 @@ class CrashingTransport:
         self._down_until = 0.0
         self.deaths = 0
         self.received: Counter[str] = Counter()
+        self.log: list[tuple[float, str]] = []  # (monotonic time, delivery id) of each receipt
         self.max_out = 0
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
         if time.monotonic() < self._down_until:
             return outcome_from_connection_error(ConnectionRefusedError("fake: restarting"))
         self.received[delivery.id] += 1
+        self.log.append((time.monotonic(), delivery.id))
         call: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._out.add(call)
         self.max_out = max(self.max_out, len(self._out))
