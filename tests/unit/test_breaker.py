@@ -16,6 +16,7 @@ from siding.dispatch.breaker import (
     BreakerStatus,
     Probed,
     Tick,
+    Tripped,
     transition,
 )
 from siding.errors import ConfigError
@@ -138,3 +139,12 @@ def test_bad_settings_name_the_key(kwargs: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         BreakerSettings(**kwargs)
     assert caught.value.key == key
+
+
+def test_a_trip_opens_a_closed_breaker_at_once_and_changes_nothing_else() -> None:
+    # The consumer died on a message sent to it alone: it is down, whatever the count says
+    assert run([(1.0, Tripped())]) == BreakerStatus(OPEN, 0, 2.0, 3.0)
+    already = BreakerStatus(OPEN, 0, 8.0, 9.0)
+    assert run([(1.0, Tripped())], start=already) == already
+    probing = BreakerStatus(HALF_OPEN, 0, 8.0, 9.0)
+    assert run([(10.0, Tripped())], start=probing) == probing

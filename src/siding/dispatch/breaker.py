@@ -57,6 +57,11 @@ class Answered:
 
 
 @dataclass(frozen=True, slots=True)
+class Tripped:
+    """The endpoint is known to be down (the consumer died on a message sent to it alone)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed."""
 
@@ -68,7 +73,7 @@ class Probed:
     ok: bool
 
 
-BreakerEvent = Answered | Tick | Probed
+BreakerEvent = Answered | Tick | Probed | Tripped
 
 
 def transition(
@@ -76,6 +81,8 @@ def transition(
 ) -> BreakerStatus:
     """The breaker's state machine as a pure function (see ``CircuitBreaker``)."""
     if status.state is BreakerState.CLOSED:
+        if isinstance(event, Tripped):
+            return _open(settings.open_for_s, now)
         if not isinstance(event, Answered):
             return status
         if event.kind is not OutcomeKind.BACKOFF:
@@ -162,6 +169,10 @@ class CircuitBreaker:
     def record(self, kind: OutcomeKind) -> None:
         """Feed one send's outcome."""
         self._apply(Answered(kind))
+
+    def trip(self) -> None:
+        """Open now (when CLOSED): the endpoint is known to be down."""
+        self._apply(Tripped())
 
     def mark_up(self) -> None:
         """The endpoint really answered a message."""

@@ -120,6 +120,8 @@ class _Window:
         # When each item was first told "back off", and the breaker's ``ups`` then.
         self._backoff_since: dict[int, tuple[int, int]] = {}
         self._suspects = Suspects(settings.crash_limit)
+        # Suspects that alone killed the consumer, waiting for it to be back (breaker CLOSED).
+        self._recovering: set[int] = set()
         for index, item in enumerate(work):
             self._suspects.seed(index, item.deaths, breaker.served)
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
@@ -330,15 +332,19 @@ class _Window:
             self._park_timer.observe(latency_s)
             self._breaker.mark_up()
         now_ms = self._now_ms()
-        recovery_s = 0.0
+        recovering = False
         if outcome.lost:
             lone = self._suspects.lone(index)
             conviction = self._suspects.died(index, self._breaker.served)
-            if self._suspects.lone(index) > lone:
-                # It waits before it may go again: the consumer restarts and serves the others
-                # for a while between two of its deaths, instead of being killed the moment it
-                # is back (the main line would see one long outage).
-                recovery_s = self._settings.recovery_s
+            if self._suspects.lone(index) > lone and conviction is None:
+                # The consumer died on it alone: it is down. The breaker opens and probes; this
+                # suspect goes again only ``recovery_s`` after the consumer is back, so that the
+                # consumer serves the others between two of its deaths (else the main line would
+                # see one long outage).
+                self._breaker.trip()
+                self._wait_for_breaker()  # probes until it is back, even with nothing else due
+                self._recovering.add(index)
+                recovering = True
             if conviction is not None:
                 reason = conviction.reason(outcome.reason)
                 log.warning("%s dead-lettered: %s", delivery.id, reason)
@@ -368,9 +374,10 @@ class _Window:
             if index in self._suspects:
                 # The breaker waits out the restart; a suspect's own pause must not compound
                 # over its deaths and refusals, or each round of isolation grows longer.
-                step = Backoff(recovery_s + SUSPECT_PAUSE_S * self._rand(), step.reason)
+                step = Backoff(SUSPECT_PAUSE_S * self._rand(), step.reason)
             self._log_holdout(index, consecutive, step.reason, now_ms)
-            self._schedule(index, now_ms + math.ceil(step.delay_s * 1000))
+            due_ms = now_ms + math.ceil(step.delay_s * 1000)
+            self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
             return
         self._backoffs.pop(index, None)
         self._settle(index, step)
@@ -457,6 +464,12 @@ class _Window:
 
     def _on_breaker_change(self, transition: BreakerTransition) -> None:
         self._stats.breaker_changed(transition)
+        if transition.after is BreakerState.CLOSED and self._recovering:
+            # The consumer is back: the suspects that killed it go again after a while.
+            due_ms = self._now_ms() + round(self._settings.recovery_s * 1000)
+            for index in self._recovering:
+                self._suspects.wait(index, due_ms + round(SUSPECT_PAUSE_S * 1000 * self._rand()))
+            self._recovering.clear()
         self._wake.set()
 
     async def _sleep(self, timeout: float | None) -> None:
@@ -498,6 +511,8 @@ class _Window:
 
 
 _Callback = Callable[[asyncio.Task[tuple[Outcome, float]]], None]
+# The due time of a suspect waiting for the consumer to be back: set again when it is.
+_UNTIL_BACK_MS = 2**62
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

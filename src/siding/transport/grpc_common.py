@@ -24,9 +24,10 @@ Metadata = tuple[tuple[str, str], ...]
 CONSUMER_SERVICE = "siding.v1.Consumer"
 
 DEFAULT_CHANNEL_OPTIONS: tuple[ChannelOption, ...] = (
-    # A recovered consumer should be noticed within seconds, not gRPC's default two minutes.
+    # A recovered consumer should be noticed within a second, not gRPC's default two minutes
+    # (a restarted pod, a consumer that a poison pill killed): reconnecting is cheap.
     ("grpc.initial_reconnect_backoff_ms", 250),
-    ("grpc.max_reconnect_backoff_ms", 5_000),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
     # Find dead connections under a quiet long-lived stream; servers that find this too
     # frequent answer GOAWAY(too_many_pings) and gRPC doubles the interval by itself.
     ("grpc.keepalive_time_ms", 60_000),
@@ -191,8 +192,13 @@ async def probe_channel(channel: grpc.aio.Channel, metadata: Metadata, timeout_s
     whether the channel can connect at all."""
     stub: Any = health_pb2_grpc.HealthStub(channel)
     try:
+        # wait_for_ready: a consumer that comes back while the probe waits is seen at once,
+        # instead of the breaker staying open for its next, doubled, period.
         response = await stub.Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=timeout_s, metadata=metadata
+            health_pb2.HealthCheckRequest(service=""),
+            timeout=timeout_s,
+            metadata=metadata,
+            wait_for_ready=True,
         )
     except grpc.aio.AioRpcError as error:
         if error.code() is grpc.StatusCode.UNIMPLEMENTED:
