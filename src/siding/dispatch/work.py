@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from siding.dispatch.keyorder import Held
 from siding.dispatch.stats import DispatchStats
 from siding.model import Delivery, Outcome
 from siding.policy import Done, ToDlq, ToLane
@@ -19,7 +20,7 @@ class Parked:
     not_before_ms: int
 
 
-FinalStep = Done | ToLane | ToDlq | Parked
+FinalStep = Done | ToLane | ToDlq | Parked | Held
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,10 @@ class DispatchReport:
     @property
     def parked_items(self) -> tuple[Settled, ...]:
         return tuple(s for s in self.settled if isinstance(s.step, Parked))
+
+    @property
+    def held(self) -> tuple[Settled, ...]:
+        return tuple(s for s in self.settled if isinstance(s.step, Held))
 
     @property
     def to_dlq(self) -> tuple[Settled, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from siding.model import Delivery, LaneHop, delivery_id
@@ -117,6 +117,17 @@ def too_large(item: Incoming, limit: int) -> str:
     )
 
 
-def incoming(rows: Iterable[Sequence[Any]], lane: int) -> list[Incoming]:
-    convert = main_lane_delivery if lane == 0 else retry_lane_delivery
-    return [convert(row) for row in rows]
+def held_delivery(row: Sequence[Any]) -> Incoming:
+    """A held record read back by the main lane: its story, delivered from the main lane and
+    due at once (it waited for its key, not for a delay)."""
+    item = retry_lane_delivery(row)
+    if item.malformed:
+        return item
+    return replace(item, delivery=replace(item.delivery, lane=0), not_before_ms=0)
+
+
+def incoming(rows: Iterable[Sequence[Any]], lane: int, hold_topic: str = "") -> list[Incoming]:
+    """Deliveries of a lane's rows; the main lane also reads ``hold_topic`` (key mode)."""
+    if lane != 0:
+        return [retry_lane_delivery(row) for row in rows]
+    return [held_delivery(row) if row[0] == hold_topic else main_lane_delivery(row) for row in rows]

@@ -25,7 +25,7 @@ from siding.dispatch import (
     dispatch,
     flood_exceeded,
 )
-from siding.dispatch.keyorder import order_key
+from siding.dispatch.keyorder import HELD, Held, order_key
 from siding.errors import DlqFloodError
 from siding.model import LaneHop
 from siding.pipeline.keystate import ParkEvent
@@ -35,7 +35,13 @@ from siding.pipeline.rows import Incoming, incoming, too_large
 from siding.pipeline.worker import runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.producer import OutRecord
-from siding.routing.records import dlq_record, lane_record, park_record, requeue_record
+from siding.routing.records import (
+    dlq_record,
+    hold_record,
+    lane_record,
+    park_record,
+    requeue_record,
+)
 
 _DUE_SLACK_MS = 1000
 
@@ -49,6 +55,7 @@ class TaskResult:
     to_lane: int = 0
     to_dlq: int = 0
     parked: int = 0
+    held: int = 0
     stats: DispatchStats | None = None
     park_events: tuple[ParkEvent, ...] = ()
     dead_reasons: dict[str, int] = field(default_factory=dict)
@@ -87,6 +94,12 @@ def route_out(
                     park_topic=plan.park_topic,
                 )
             )
+        elif isinstance(step, Held):
+            out.append(
+                hold_record(
+                    delivery, step, hops=before, route=plan.route.name, hold_topic=plan.hold_topic
+                )
+            )
         elif isinstance(step, ToDlq):
             out.append(
                 dlq_record(
@@ -102,7 +115,8 @@ def route_out(
 
 
 def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, ...]:
-    """Key mode: a record that went to a lane is parked there; one that finished is released."""
+    """Key mode: a record that went to a lane is parked there, one that waits behind an earlier
+    record of its key is held; one that finished is released."""
     events: list[ParkEvent] = []
     for item in settled:
         key = order_key(item.work.delivery, plan.route.ordering)
@@ -113,6 +127,8 @@ def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, 
             continue  # key mode never parks
         if isinstance(step, ToLane):
             events.append(ParkEvent(key, item.work.delivery.offset, step.lane, step.not_before_ms))
+        elif isinstance(step, Held):
+            events.append(ParkEvent(key, item.work.delivery.offset, HELD))
         elif plan.lane > 0 or key in plan.parked:
             events.append(ParkEvent(key, item.work.delivery.offset, None))
     return tuple(events)
@@ -144,7 +160,7 @@ def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Inco
 def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
     began = time.monotonic()
-    items = screen(incoming(rows, plan.lane), plan.route.message_limit)
+    items = screen(incoming(rows, plan.lane, plan.hold_topic), plan.route.message_limit)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
     later = not_due(plan, items, int(time.time() * 1000))
@@ -209,6 +225,7 @@ def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
         acked=sum(1 for s in settled if isinstance(s.step, Done)),
         to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
         to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
+        held=sum(1 for s in settled if isinstance(s.step, Held)),
         pid=os.getpid(),
         host=socket.gethostname(),
         **extra,
