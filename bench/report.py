@@ -43,6 +43,33 @@ _ROWS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
         ("msgs/s, no poison", "siding_msgs_per_s_without_poison", "", ""),
         ("DLQ exact / lost", "dlq_exact+lost", "", ""),
     ),
+    "key_retry": (
+        (
+            "never-failed p50 ms",
+            "siding.with_failures.never_failed_p50_ms",
+            "parallel_consumer.with_failures.never_failed_p50_ms",
+            "",
+        ),
+        (
+            "never-failed p99 ms",
+            "siding.with_failures.never_failed_p99_ms",
+            "parallel_consumer.with_failures.never_failed_p99_ms",
+            "",
+        ),
+        (
+            "never-failed p50 ms, no failures",
+            "siding.without_failures.never_failed_p50_ms",
+            "parallel_consumer.without_failures.never_failed_p50_ms",
+            "",
+        ),
+        (
+            "order violations",
+            "siding.with_failures.order_violations",
+            "parallel_consumer.with_failures.order_violations",
+            "",
+        ),
+        ("targets met", "siding.targets.met", "parallel_consumer.targets.met", ""),
+    ),
     "cost": (
         ("CPU s per 1,000 msgs", "cpu_s_per_1000", "", ""),
         ("transport floor", "floor_cpu_s_per_1000", "", ""),

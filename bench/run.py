@@ -23,6 +23,7 @@ from bench.workloads import (
     cost,
     hol,
     hol_peers,
+    key_retry,
     latency_curve,
     partition_scalability,
     pc_table,
@@ -45,6 +46,7 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "hol_peers": hol_peers.run,
         "latency_curve": latency_curve.run,
         "poison_pills": poison_pills.run,
+        "key_retry": key_retry.run,
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }
 
