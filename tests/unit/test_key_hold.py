@@ -20,10 +20,17 @@ from siding.pipeline.keystate import KeyParking, ParkEvent
 from siding.pipeline.plan import TaskPlan, build_plan
 from siding.pipeline.rows import incoming
 from siding.pipeline.source import starting_offsets_of
-from siding.pipeline.task import park_events, route_out
+from siding.pipeline.task import (
+    park_events,
+    retry_topic,
+    route_out,
+    slice_work,
+    waiting_in_hold,
+)
 from siding.policy import Done, ToLane
 from siding.routing import story
 from siding.routing.producer import OutRecord
+from siding.routing.records import requeue_record
 
 CONFIG = """
 [kafka]
@@ -40,7 +47,7 @@ ROUTE = parse_config(CONFIG).route[0]
 HOLD = naming.hold_topic("r")
 
 
-def rec(offset: int, key: bytes = b"k", attempt: int = 1, lane: int = 0) -> Delivery:
+def rec(offset: int, key: bytes | None = b"k", attempt: int = 1, lane: int = 0) -> Delivery:
     return Delivery(
         delivery_id("t", 0, offset), "t", 0, offset, key, b"v", attempt=attempt, lane=lane
     )
@@ -72,17 +79,42 @@ def test_a_held_record_keeps_its_attempt_and_story_and_gains_no_hop() -> None:
     assert told.reason == "following t/0/3"
 
 
-def test_the_main_lane_reads_held_records_back_due_at_once_from_the_main_lane() -> None:
-    delivery = rec(7, attempt=2, lane=1)
-    (held,) = route_out(plan(0), [Settled(Work(delivery), Held("following x"))], {}, 0)
-    items = incoming([source_row(9), as_row(held)], 0, HOLD)
-    assert [i.delivery.id for i in items] == [rec(9).id, delivery.id]
-    assert (items[0].delivery.attempt, items[0].delivery.lane) == (1, 0)
-    # the held one: its identity and attempt, delivered from the main lane, not waiting
-    assert (items[1].delivery.offset, items[1].delivery.attempt) == (7, 2)
-    assert (items[1].delivery.lane, items[1].not_before_ms, items[1].malformed) == (0, 0, "")
+def test_the_main_lane_reads_the_hold_topic_back_with_each_records_story() -> None:
+    # Given a held follower, and a retried record waiting out lane 1's delay, in the hold topic
+    follower, retried = rec(7), rec(5)
+    task = plan(0)
+    held = route_out(
+        task,
+        [
+            Settled(Work(follower), Held("following t/0/5")),
+            Settled(Work(retried), ToLane(1, 2, 5_000, "sim: retry")),
+        ],
+        {},
+        now_ms=1_000,
+    )
+    assert {r.topic for r in held} == {HOLD}
+    items = incoming([source_row(9), *map(as_row, held)], 0, HOLD)
+    assert [i.delivery.id for i in items] == [rec(9).id, follower.id, retried.id]
+    # Then the source record is attempt 1 in the main lane; the follower is due at once, still
+    # attempt 1 in the main lane; the retried one is attempt 2 in lane 1, due at its not-before
+    got = [(i.delivery.attempt, i.delivery.lane, i.not_before_ms) for i in items]
+    assert got == [(1, 0, 0), (1, 0, 0), (2, 1, 5_000)]
+    # When the main lane's batch runs before the retry is due, only the retried one waits
+    assert waiting_in_hold(task, items, now_ms=4_999) == [items[2]]
+    assert waiting_in_hold(task, items, now_ms=5_000) == []
+    # ...and once due it is delivered with lane 1's deadline, the others with the main lane's
+    deadlines = [w.deadline_s for w in slice_work(task, items, set())]
+    assert deadlines == [None, None, ROUTE.lanes_as_model()[0].deadline_s]
     # without a hold topic, the same row is a source record (siding headers not trusted)
-    assert incoming([as_row(held)], 0)[0].delivery.attempt == 1
+    assert incoming([as_row(held[1])], 0)[0].delivery.attempt == 1
+
+
+def test_only_keyed_records_of_a_key_mode_route_are_retried_through_the_hold_topic() -> None:
+    keyed, unkeyed = rec(1), rec(2, key=None)
+    assert retry_topic(plan(0), keyed)(1) == HOLD
+    assert retry_topic(plan(0), unkeyed)(2) == naming.lane_topic("r", 2)
+    unordered = build_plan(ROUTE.model_copy(update={"ordering": Ordering.UNORDERED}), 0, {}, 1, {})
+    assert retry_topic(unordered, keyed)(1) == naming.lane_topic("r", 1)
 
 
 def test_held_records_are_parked_as_held_and_released_when_done() -> None:
@@ -104,23 +136,50 @@ def test_the_main_lane_starts_the_hold_topic_from_its_beginning() -> None:
     assert starting_offsets_of({"t": ({}, "latest")}, 2) == "latest"
 
 
-# ---- property: batches of the main lane and lane 1 in any interleaving -------------------------
+# ---- property: the main lane's loop, batch after batch, with a clock ---------------------------
 
 
 @dataclass
 class World:
-    """A route in key mode, reduced to what ordering needs: the source, the hold topic, lane 1,
-    the key state, and what the consumer ACKed first."""
+    """A route in key mode, reduced to what ordering needs: the source, the hold topic (held
+    records and retried ones waiting out their delay), the key state, a clock in ticks of one
+    main-lane batch, and what the consumer ACKed first."""
 
     fails: set[int]
     parking: KeyParking = field(default_factory=lambda: KeyParking("state"))
     held: list[OutRecord] = field(default_factory=list)
-    lane: list[Delivery] = field(default_factory=list)
     acked: list[Delivery] = field(default_factory=list)
     sends: int = 0
+    clock: int = 1_000
 
-    def run(self, lane: int, deliveries: Sequence[Delivery], data: st.DataObject) -> list[Settled]:
-        task = plan(lane, self.parking)
+    def main(self, source: Sequence[int], data: st.DataObject) -> list[Settled]:
+        """One main-lane batch, as ``run_slice`` makes it: read the hold topic beside the
+        source, write back what is not due, dispatch the rest in key order."""
+        self.clock += 1
+        rows = [as_row(r) for r in self.held] + [source_row(o, b"k%d" % (o % 2)) for o in source]
+        self.held = []
+        task = plan(0, self.parking)
+        items = incoming(rows, 0, HOLD)
+        later = waiting_in_hold(task, items, self.clock)
+        work = slice_work(task, items, {i.delivery.id for i in later})
+        self.held += [
+            requeue_record(
+                i.delivery,
+                not_before_ms=i.not_before_ms,
+                hops=i.hops,
+                route="r",
+                lane_topic=retry_topic(task, i.delivery),
+            )
+            for i in later
+        ]
+        settled = self.dispatch(task, [w.delivery for w in work], data)
+        self.held += [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
+        self.parking.apply(park_events(task, settled))
+        return settled
+
+    def dispatch(
+        self, task: TaskPlan, deliveries: Sequence[Delivery], data: st.DataObject
+    ) -> list[Settled]:
         lines = KeyLines(deliveries, Ordering.KEY, task.parked)
         steps: dict[int, Any] = {}
         out: list[int] = []
@@ -136,67 +195,46 @@ class World:
             delivery = deliveries[index]
             self.sends += 1
             if delivery.offset in self.fails and delivery.attempt == 1:
-                steps[index] = ToLane(1, 2, 0, "sim: retry")
-                take(lines.settle(index, Blocker(delivery.id, 1, 0)))
+                due = self.clock + data.draw(st.integers(0, 3))
+                steps[index] = ToLane(1, 2, due, "sim: retry")
+                take(lines.settle(index, Blocker(delivery.id, 1, due)))
             else:
                 steps[index] = Done()
                 self.acked.append(delivery)
                 take(lines.settle(index, None))
-        settled = [Settled(Work(d), steps[i]) for i, d in enumerate(deliveries)]
-        for record in route_out(task, settled, {}, 0):
-            if record.topic == HOLD:
-                self.held.append(record)
-        self.lane += [
-            rec(s.work.delivery.offset, s.work.delivery.key or b"", 2, 1)
-            for s in settled
-            if isinstance(s.step, ToLane)
-        ]
-        self.parking.apply(park_events(task, settled))
-        return settled
-
-    def main(self, source: Sequence[int], data: st.DataObject) -> list[Settled]:
-        rows = [as_row(r) for r in self.held] + [source_row(o, b"k%d" % (o % 2)) for o in source]
-        self.held = []
-        return self.run(0, [i.delivery for i in incoming(rows, 0, HOLD)], data)
-
-    def lane_batch(self, data: st.DataObject) -> None:
-        batch, self.lane = self.lane, []
-        self.run(1, batch, data)
+        return [Settled(Work(d), steps[i]) for i, d in enumerate(deliveries)]
 
 
 @settings(deadline=None, max_examples=150)
 @given(
     st.integers(1, 40),
     st.sets(st.integers(0, 39)),
-    st.lists(st.tuples(st.integers(0, 6), st.booleans()), max_size=30),
+    st.lists(st.integers(0, 6), max_size=30),
     st.data(),
 )
 def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
-    count: int, fails: set[int], schedule: list[tuple[int, bool]], data: st.DataObject
+    count: int, fails: set[int], chunks: list[int], data: st.DataObject
 ) -> None:
     world = World({f for f in fails if f < count})
     offsets = list(range(count))
-    # Source records arrive in chunks; lane 1 runs its batches in between, in any interleaving
-    for chunk, lane_too in schedule:
+    # Source records arrive in chunks, one main-lane batch each
+    for chunk in chunks:
         taken, offsets = offsets[:chunk], offsets[chunk:]
         world.main(taken, data)
-        if lane_too:
-            world.lane_batch(data)
     world.main(offsets, data)
-    # When lane 1 and the main lane take turns (a released record may fail in its turn), each
-    # turn finishes at least one failed record: the key drains in a bounded number of turns
-    for _ in range(len(world.fails) + 1):
-        world.lane_batch(data)
+    # When the main lane keeps running, every retry falls due and the keys drain in bounded time
+    for _ in range(5 * (len(world.fails) + 1)):
         world.main([], data)
-    # Then nothing waits any more, anywhere: the key is back in the main lane
-    assert (world.held, world.lane, world.parking.snapshot()) == ([], [], {})
+    # Then nothing waits any more: the key is back in the main lane
+    assert (world.held, world.parking.snapshot()) == ([], {})
     # Every record was ACKed exactly once, per key in offset order
     assert sorted(d.offset for d in world.acked) == list(range(count))
     for key in (b"k0", b"k1"):
         firsts = [d.offset for d in world.acked if d.key == key]
         assert firsts == sorted(firsts)
-    # Only records that failed were charged an attempt
-    assert all(d.attempt == (2 if d.offset in world.fails else 1) for d in world.acked)
+    # Only records that failed were charged an attempt; they were retried in lane 1
+    for d in world.acked:
+        assert (d.attempt, d.lane) == ((2, 1) if d.offset in world.fails else (1, 0))
     # No record was sent more often than its failures make it
     assert world.sends == count + len(world.fails)
     # A new record of the key now goes straight out in the main lane

@@ -226,7 +226,7 @@ class _Window:
 
     async def _send(self, index: int) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery
-        deadline_s = self._settings.deadline_s
+        deadline_s = self._work[index].deadline_s or self._settings.deadline_s
         started = time.monotonic()
         # The transport keeps the deadline itself; this is the net for one that does not.
         try:

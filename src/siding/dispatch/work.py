@@ -25,10 +25,13 @@ FinalStep = Done | ToLane | ToDlq | Parked | Held
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One record to deliver, not before ``not_before_ms`` (epoch milliseconds)."""
+    """One record to deliver, not before ``not_before_ms`` (epoch milliseconds); ``deadline_s``
+    overrides the slice's deadline for it (key mode: a retried record in the main lane's loop
+    keeps its lane's deadline)."""
 
     delivery: Delivery
     not_before_ms: int = 0
+    deadline_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from siding.model import Delivery, LaneHop, delivery_id
@@ -117,17 +117,13 @@ def too_large(item: Incoming, limit: int) -> str:
     )
 
 
-def held_delivery(row: Sequence[Any]) -> Incoming:
-    """A held record read back by the main lane: its story, delivered from the main lane and
-    due at once (it waited for its key, not for a delay)."""
-    item = retry_lane_delivery(row)
-    if item.malformed:
-        return item
-    return replace(item, delivery=replace(item.delivery, lane=0), not_before_ms=0)
-
-
 def incoming(rows: Iterable[Sequence[Any]], lane: int, hold_topic: str = "") -> list[Incoming]:
-    """Deliveries of a lane's rows; the main lane also reads ``hold_topic`` (key mode)."""
+    """Deliveries of a lane's rows. The main lane also reads ``hold_topic`` (key mode), whose
+    records carry their story like a retry lane's: held ones keep their lane (usually 0) and
+    are due at once, retried ones wait out their lane's delay there."""
     if lane != 0:
         return [retry_lane_delivery(row) for row in rows]
-    return [held_delivery(row) if row[0] == hold_topic else main_lane_delivery(row) for row in rows]
+    return [
+        retry_lane_delivery(row) if row[0] == hold_topic else main_lane_delivery(row)
+        for row in rows
+    ]

@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,7 +27,7 @@ from siding.dispatch import (
 )
 from siding.dispatch.keyorder import HELD, Held, order_key
 from siding.errors import DlqFloodError
-from siding.model import LaneHop
+from siding.model import Delivery, LaneHop
 from siding.pipeline.keystate import ParkEvent
 from siding.pipeline.parked import Adoption
 from siding.pipeline.plan import TaskPlan
@@ -80,7 +80,7 @@ def route_out(
                     hops=before,
                     now_ms=now_ms,
                     route=plan.route.name,
-                    lane_topic=plan.lane_topic,
+                    lane_topic=retry_topic(plan, delivery),
                 )
             )
         elif isinstance(step, Parked):
@@ -112,6 +112,40 @@ def route_out(
                 )
             )
     return out
+
+
+def retry_topic(plan: TaskPlan, delivery: Delivery) -> Callable[[int], str]:
+    """Where a record that must be retried waits: its lane's topic, or in key mode (a record
+    with a key) the hold topic, where the main lane's own loop retries it when it is due and
+    then releases the records held behind it (docs/dispatch.md, "Key ordering")."""
+    if order_key(delivery, plan.route.ordering) is None:
+        return plan.lane_topic
+    return lambda _lane: plan.hold_topic
+
+
+def waiting_in_hold(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Incoming]:
+    """Main lane, key mode: retried records read back from the hold topic whose lane delay has
+    not passed yet; they are written back unchanged, and the key state keeps their keys blocked."""
+    if plan.lane != 0:
+        return []
+    return [i for i in items if not i.malformed and i.not_before_ms > now_ms]
+
+
+def slice_work(plan: TaskPlan, items: Sequence[Incoming], skip: set[str]) -> list[Work]:
+    """The items to dispatch; a retried record in the main lane's loop keeps its lane's
+    deadline."""
+    lanes = plan.settings.lanes
+    return [
+        Work(
+            i.delivery,
+            i.not_before_ms,
+            lanes[i.delivery.lane - 1].deadline_s
+            if plan.lane == 0 and 1 <= i.delivery.lane <= len(lanes)
+            else None,
+        )
+        for i in items
+        if not i.malformed and i.delivery.id not in skip
+    ]
 
 
 def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, ...]:
@@ -163,13 +197,9 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     items = screen(incoming(rows, plan.lane, plan.hold_topic), plan.route.message_limit)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
-    later = not_due(plan, items, int(time.time() * 1000))
-    later_ids = {i.delivery.id for i in later}
-    work = [
-        Work(i.delivery, i.not_before_ms)
-        for i in items
-        if not i.malformed and i.delivery.id not in later_ids
-    ]
+    now_ms = int(time.time() * 1000)
+    later = not_due(plan, items, now_ms) + waiting_in_hold(plan, items, now_ms)
+    work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
     report = deliver(plan, plan.settings, work, partition_id)
@@ -190,7 +220,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             not_before_ms=i.not_before_ms,
             hops=i.hops,
             route=route.name,
-            lane_topic=plan.lane_topic,
+            lane_topic=retry_topic(plan, i.delivery),
         )
         for i in later
     ]
