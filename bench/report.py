@@ -56,6 +56,33 @@ _ROWS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
         ("p50 / p99 ms, during isolation", "with_pill.during_isolation_p50_ms+p99", "", ""),
         ("p50 / p99 ms, no pill", "without_pill.p50_ms+p99", "", ""),
     ),
+    "key_retry": (
+        (
+            "never-failed p50 ms",
+            "siding.with_failures.never_failed_p50_ms",
+            "parallel_consumer.with_failures.never_failed_p50_ms",
+            "",
+        ),
+        (
+            "never-failed p99 ms",
+            "siding.with_failures.never_failed_p99_ms",
+            "parallel_consumer.with_failures.never_failed_p99_ms",
+            "",
+        ),
+        (
+            "never-failed p50 ms, no failures",
+            "siding.without_failures.never_failed_p50_ms",
+            "parallel_consumer.without_failures.never_failed_p50_ms",
+            "",
+        ),
+        (
+            "order violations",
+            "siding.with_failures.order_violations",
+            "parallel_consumer.with_failures.order_violations",
+            "",
+        ),
+        ("targets met", "siding.targets.met", "parallel_consumer.targets.met", ""),
+    ),
     "cost": (
         ("CPU s per 1,000 msgs", "cpu_s_per_1000", "", ""),
         ("transport floor", "floor_cpu_s_per_1000", "", ""),

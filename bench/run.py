@@ -24,6 +24,7 @@ from bench.workloads import (
     crash_pill,
     hol,
     hol_peers,
+    key_retry,
     latency_curve,
     partition_scalability,
     pc_table,
@@ -47,6 +48,7 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "latency_curve": latency_curve.run,
         "poison_pills": poison_pills.run,
         "crash_pill": crash_pill.run,
+        "key_retry": key_retry.run,
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }
 

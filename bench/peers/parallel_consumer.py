@@ -15,16 +15,32 @@ from pathlib import Path
 from bench.peers.common import PeerProcess, PeerUnavailable, is_stale, last_json_line
 from siding.jvm import project_root, require_java, require_tool
 
-__all__ = ["PeerRun", "PeerUnavailable", "build", "is_stale", "run", "run_vertx", "vertx_process"]
+__all__ = [
+    "PeerRun",
+    "PeerUnavailable",
+    "build",
+    "is_stale",
+    "retry_process",
+    "run",
+    "run_vertx",
+    "vertx_process",
+]
 
 PROJECT = Path(__file__).parent / "parallel-consumer"
 MAIN_CLASS = "dev.siding.bench.Main"
 VERTX_CLASS = "dev.siding.bench.VertxMain"
+RETRY_CLASS = "dev.siding.bench.RetryMain"
 _JAVA = PROJECT / "src/main/java/dev/siding/bench"
-_SOURCES = (PROJECT / "pom.xml", _JAVA / "Main.java", _JAVA / "VertxMain.java")
+_SOURCES = (
+    PROJECT / "pom.xml",
+    _JAVA / "Main.java",
+    _JAVA / "VertxMain.java",
+    _JAVA / "RetryMain.java",
+)
 _BUILT = (
     PROJECT / "target/classes/dev/siding/bench/Main.class",
     PROJECT / "target/classes/dev/siding/bench/VertxMain.class",
+    PROJECT / "target/classes/dev/siding/bench/RetryMain.class",
 )
 
 
@@ -134,3 +150,25 @@ def vertx_process(
         timeout_s=timeout_s,
     )  # fmt: skip
     return PeerProcess(command, "parallel-consumer-vertx", workdir, expect_exit=True)
+
+
+def retry_process(
+    classpath: str,
+    bootstrap: str,
+    topic: str,
+    url: str,
+    workdir: Path,
+    *,
+    mode: str,
+    concurrency: int,
+    count: int,
+    retry_delay_s: float,
+    timeout_s: float,
+) -> PeerProcess:
+    """Parallel Consumer with its own retries (``RetryMain``): blocking HTTP calls to ``url``, a
+    non-2xx answer retried after ``retry_delay_s``; exits once ``count`` records were answered."""
+    command = [
+        require_java(), "-cp", classpath, RETRY_CLASS, bootstrap, topic, mode, str(concurrency),
+        str(count), url, str(round(retry_delay_s * 1000)), str(int(timeout_s)),
+    ]  # fmt: skip
+    return PeerProcess(command, "parallel-consumer-retry", workdir, expect_exit=True)

@@ -118,14 +118,20 @@ def wait_quiet(tail: RecordTail, quiet_s: float, timeout_s: float) -> None:
 
 
 def start_producer(
-    ctx: BenchContext, topic: str, count: int, rate: float, producer: Any = None
+    ctx: BenchContext,
+    topic: str,
+    count: int,
+    rate: float,
+    producer: Any = None,
+    *,
+    keys: int | None = None,
 ) -> threading.Thread:
     """Produce ``count`` messages at ``rate`` on a thread; reuse ``producer`` when given (one that
     sent the warm-up message is already connected, so the first messages do not wait for that)."""
     thread = threading.Thread(
         target=produce,
         args=(ctx.bootstrap, topic, count),
-        kwargs={"rate": rate, "start_seq": 1, "producer": producer},
+        kwargs={"rate": rate, "start_seq": 1, "producer": producer, "keys": keys},
         daemon=True,
     )
     thread.start()
@@ -146,6 +152,7 @@ def push(
     count: int,
     rate: float,
     done_timeout_s: float,
+    keys: int | None = None,
 ) -> Pushed:
     topic = ctx.topic(label)
     producer = new_producer(ctx.bootstrap)
@@ -162,7 +169,7 @@ def push(
             raise WaitTimeout(f"{system.name} delivered no warm-up in {READY_TIMEOUT_S:g}s")
         running.ready(READY_TIMEOUT_S)
         started = time.monotonic()
-        start_producer(ctx, topic, count, rate, producer).join()
+        start_producer(ctx, topic, count, rate, producer, keys=keys).join()
         produce_seconds = time.monotonic() - started
         complete = wait_received(tail, expected, done_timeout_s, running.check)
         if complete:
@@ -271,6 +278,39 @@ class ParallelConsumerVertx:
             ctx.workdir,
             concurrency=self.concurrency,
             count=total,
+            timeout_s=self.timeout_s,
+        )
+        with proc:
+            yield _PeerRunning(proc, exits=True)
+
+
+@dataclass(frozen=True)
+class ParallelConsumerRetry:
+    """Parallel Consumer with its own retries (``RetryMain``): blocking HTTP calls, a non-2xx
+    answer retried after ``retry_delay_s``, in ``mode`` order."""
+
+    classpath: str
+    concurrency: int
+    retry_delay_s: float
+    mode: str = "KEY"
+    timeout_s: float = 600.0
+    name: str = "parallel_consumer_key"
+    transport: Transport = "http"
+
+    @contextlib.contextmanager
+    def start(
+        self, ctx: BenchContext, topic: str, sim: SimConsumerProcess, total: int
+    ) -> Iterator[Running]:
+        proc = pc.retry_process(
+            self.classpath,
+            ctx.bootstrap,
+            topic,
+            sim.url,
+            ctx.workdir,
+            mode=self.mode,
+            concurrency=self.concurrency,
+            count=total,
+            retry_delay_s=self.retry_delay_s,
             timeout_s=self.timeout_s,
         )
         with proc:

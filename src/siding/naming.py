@@ -3,6 +3,7 @@
     siding.<route>.retry-<k>      retry lane k (k >= 1)
     siding.<route>.dlq            the dead-letter queue, unless ``dlq`` overrides it
     siding.<route>.parked         records whose call outlived its batch (docs/parking.md)
+    siding.<route>.held           key mode: records waiting behind an earlier one of their key
     siding.<route>.state-<kind>   compacted state topics (``keys``, ``settled``, ``dlq-fate``, ...)
     <route>/main, <route>/retry-<k>, <route>/parked   checkpoints (under ``spark.checkpoint_dir``)
 
@@ -23,11 +24,18 @@ _KIND = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 PARK_LANE = -1
 """The lane number of a route's park lane (its query, checkpoint and metrics)."""
 PARKED = "parked"
+HELD = "held"
 
 
 def park_topic(route_name: str) -> str:
     """The topic where a route's parked records wait for their calls to settle them."""
     return _topic(route_name, PARKED)
+
+
+def hold_topic(route_name: str) -> str:
+    """The topic where key mode's held records wait for an earlier record of their key; the
+    main lane reads it beside the source topic (docs/dispatch.md, "Key ordering")."""
+    return _topic(route_name, HELD)
 
 
 def lane_label(lane: int) -> str:

@@ -263,3 +263,19 @@ def test_suspects_convictions_and_holdouts_are_shown(
 )
 def test_dead_letter_reasons_are_labels_of_few_values(reason: str, label: str) -> None:
     assert reason_label(reason) == label
+
+
+def test_held_records_of_key_mode_are_counted(server: ControlServer, metrics: MetricsSink) -> None:
+    # Given a key-mode main-lane batch that held 3 records behind a retried one
+    metrics.on_result("billing", 0, [TaskResult(records=10, acked=6, to_lane=1, held=3)], 0.1)
+    # Then /status and /metrics count them apart from the records sent to a lane
+    _, _, body = get(server, "/status")
+    lanes = {lane["label"]: lane for lane in json.loads(body)["routes"][0]["lanes"]}
+    assert (lanes["main"]["held"], lanes["main"]["to_lane"]) == (3, 1)
+    _, _, text = get(server, "/metrics")
+    samples = {
+        (s.name, s.labels.get("lane"), s.labels.get("outcome")): s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
+    assert samples[("siding_records_total", "main", "held")] == 3

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from siding.dispatch import DispatchSettings, ParkedRecord, Work, dispatch
+from siding.dispatch import DispatchSettings, Held, ParkedRecord, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, delivery_id
 from siding.policy import Done, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
@@ -65,13 +65,9 @@ async def test_later_records_follow_one_that_went_to_a_retry_lane() -> None:
     blocker = steps[1]
     assert isinstance(blocker, ToLane)
     assert (blocker.lane, blocker.attempt) == (1, 2)
-    # Then 3 and 4 were never sent: they follow 2 into lane 1, no earlier than it
+    # Then 3 and 4 were never sent: they are held behind 2, charged nothing (issue 19)
     assert offsets_sent(transport, b"k") == [1, 2]
-    for follower in steps[2:4]:
-        assert isinstance(follower, ToLane)
-        assert (follower.lane, follower.attempt) == (1, 2)
-        assert follower.not_before_ms >= blocker.not_before_ms
-        assert follower.reason == f"following {rec(2, b'k').id}"
+    assert steps[2:4] == [Held(f"following {rec(2, b'k').id}")] * 2
     assert isinstance(steps[4], Done)
     assert report.stats.followed == 2
 
@@ -100,15 +96,11 @@ async def test_parked_records_from_earlier_batches_are_not_overtaken() -> None:
     transport = ScriptedTransport()
     # When the main lane dispatches 3, 7, 8 of k
     report = await dispatch(transport, work, KEYED, parked=parked)
-    # Then 3 (older than the parked one) is delivered; 7 and 8 follow the parked record to lane 2
+    # Then 3 (older than the parked one) is delivered; 7 and 8 are held behind the parked record
     assert offsets_sent(transport, b"k") == [3]
     assert isinstance(report.settled[0].step, Done)
     for settled in report.settled[1:3]:
-        step = settled.step
-        assert isinstance(step, ToLane)
-        assert (step.lane, step.attempt) == (2, 3)
-        assert step.not_before_ms >= later_ms
-        assert step.reason == f"following {rec(5, b'k').id}"
+        assert settled.step == Held(f"following {rec(5, b'k').id}")
     assert isinstance(report.settled[3].step, Done)
 
 
@@ -146,4 +138,5 @@ async def test_random_outcomes_never_break_key_order(seed: int) -> None:
         moved = [o for o in offsets if o in sent and isinstance(by_offset[o].step, ToLane)]
         if moved:
             assert all(o not in sent for o in offsets if o > moved[0])
-            assert all(isinstance(by_offset[o].step, ToLane) for o in offsets if o > moved[0])
+            # ...and everything after it is held with its attempt unspent
+            assert all(isinstance(by_offset[o].step, Held) for o in offsets if o > moved[0])

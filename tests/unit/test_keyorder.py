@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from siding.dispatch.keyorder import (
+    HELD,
     Blocker,
+    Held,
     KeyLines,
     OrderKey,
     ParkedRecord,
@@ -20,7 +22,7 @@ from siding.dispatch.keyorder import (
     parked_blocker,
 )
 from siding.model import Delivery, Lane, Ordering, delivery_id
-from siding.policy import ToLane, lane_for_attempt
+from siding.policy import lane_for_attempt
 
 TOPIC = "trips"
 LANES = (Lane(1.0, 5.0, attempts=2), Lane(10.0, 5.0, attempts=1), Lane(60.0, 5.0, attempts=3))
@@ -76,25 +78,12 @@ def test_parked_blocker_table(
 
 
 @pytest.mark.parametrize(
-    ("own_lane", "attempt", "blocker_lane", "blocker_nb", "expected"),
-    [
-        # main-lane item behind a record in lane 2: lane 2, its first attempt, lane 2's delay
-        (0, 1, 2, NOW, ToLane(2, 4, NOW + 10_000, "following b")),
-        # the blocker's not-before is later than the lane delay: wait for the blocker
-        (0, 1, 1, NOW + 9_000, ToLane(1, 2, NOW + 9_000, "following b")),
-        # already in lane 1 at its second attempt, blocker in lane 1: keeps the unspent attempt
-        (1, 3, 1, NOW, ToLane(1, 3, NOW + 1_000, "following b")),
-        # in lane 3, blocker parked in lane 1: never moved down a lane
-        (3, 6, 1, NOW, ToLane(3, 6, NOW + 60_000, "following b")),
-    ],
+    "blocker",
+    [Blocker("b", 1, NOW), Blocker("b", 3, NOW + 60_000), Blocker("b", HELD, 0)],
 )
-def test_follow_table(
-    own_lane: int, attempt: int, blocker_lane: int, blocker_nb: int, expected: ToLane
-) -> None:
-    step = follow(
-        rec(9, attempt=attempt), Blocker("b", blocker_lane, blocker_nb), own_lane, LANES, NOW
-    )
-    assert step == expected
+def test_a_follower_is_held_whatever_its_blocker(blocker: Blocker) -> None:
+    # No lane, no attempt, no delay: it waits for its key only (issue 19)
+    assert follow(blocker) == Held("following b")
 
 
 def test_unordered_releases_everything_at_once() -> None:
@@ -207,7 +196,8 @@ keyed_items = st.lists(
 @settings(deadline=None)
 @given(
     keyed_items,
-    st.lists(st.tuples(st.sampled_from([b"a", b"b"]), st.integers(0, 60), st.integers(1, 3))),
+    # lane HELD (0): a record held behind an earlier one, read back in this slice or not
+    st.lists(st.tuples(st.sampled_from([b"a", b"b"]), st.integers(0, 60), st.integers(0, 3))),
     st.data(),
 )
 def test_per_key_sends_are_in_offset_order_and_never_overtake(

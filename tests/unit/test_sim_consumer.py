@@ -20,6 +20,7 @@ from siding.devkit.sim_consumer import (
     SimConsumerProcess,
     SimSettings,
     cli_args,
+    fails_first_attempt,
     parse_duration,
     parse_latency,
     plan,
@@ -138,10 +139,27 @@ def test_concurrent_writers_never_interleave_lines(tmp_path: Path) -> None:
     assert len({r.delivery_id for r in rows}) == 4000
 
 
+@pytest.mark.parametrize(
+    ("seq", "attempt", "fails"),
+    [
+        (9 * 30 + 4, 1, True),  # key k4's tenth message, first attempt
+        (9 * 30 + 4, 2, False),  # ...answered ACK when it comes again
+        (8 * 30 + 4, 1, False),  # key k4's ninth message
+        (19 * 30, 1, True),  # key k0's twentieth
+        (None, 1, False),  # no sequence number: the rule cannot apply
+    ],
+)
+def test_every_tenth_message_of_a_key_fails_its_first_attempt(
+    seq: int | None, attempt: int, fails: bool
+) -> None:
+    assert fails_first_attempt(Behaviour(retry_every=10, keys=30), seq, attempt) is fails
+    assert not fails_first_attempt(Behaviour(), seq, attempt)
+
+
 def test_settings_survive_the_command_line() -> None:
     settings = SimSettings(
         transport="http",
-        behaviour=Behaviour((0.001, 0.005), 0.1, 0.2, 0.05, 0.01, 1.5, 3, True, 2.0, 42),
+        behaviour=Behaviour((0.001, 0.005), 0.1, 0.2, 0.05, 0.01, 1.5, 3, True, 2.0, 42, 10, 30),
         record="/tmp/r.csv",
         http_retry_status=503,
         crash_on=('"seq": 7}', '"seq": 9}'),

@@ -54,6 +54,13 @@ def sim() -> None:
     help="RETRY messages answer ACK from this attempt on.",
 )
 @click.option("--redraw-per-attempt", is_flag=True, help="A new fate on every attempt.")
+@click.option(
+    "--retry-every",
+    type=click.IntRange(min=0),
+    default=0,
+    help="RETRY the first attempt of every N-th message of a key (by sim-seq and --keys).",
+)
+@click.option("--keys", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--retry-after", default=None, help="Ask for retries after this long (e.g. 2s).")
 @click.option(
     "--webhook-secret",
@@ -100,6 +107,8 @@ def settings_from_options(
     retry_until_attempt: int | None,
     redraw_per_attempt: bool,
     retry_after: str | None,
+    retry_every: int = 0,
+    keys: int = 1,
     webhook_secret: str | None,
     http_retry_status: str,
     record: str | None,
@@ -121,6 +130,8 @@ def settings_from_options(
             redraw_per_attempt=redraw_per_attempt,
             retry_after_s=_duration(retry_after) if retry_after is not None else None,
             seed=seed,
+            retry_every=retry_every,
+            keys=keys,
         )
     except SidingError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -22,7 +22,13 @@ _LABELS = ["route", "lane"]
 
 
 def _outcomes(lane: LaneMetrics) -> dict[str, int]:
-    return {"ack": lane.acked, "lane": lane.to_lane, "dlq": lane.to_dlq, "parked": lane.parked}
+    return {
+        "ack": lane.acked,
+        "lane": lane.to_lane,
+        "dlq": lane.to_dlq,
+        "parked": lane.parked,
+        "held": lane.held,
+    }
 
 
 class SnapshotCollector(Collector):

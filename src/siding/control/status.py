@@ -48,6 +48,7 @@ def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any
         "to_lane": metrics.to_lane,
         "to_dlq": metrics.to_dlq,
         "parked": metrics.parked,
+        "held": metrics.held,
         "batches": metrics.batches,
         "rate_per_s": round(rate, 3),
         "last_batch_s": round(metrics.last_batch_s, 3),

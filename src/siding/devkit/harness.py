@@ -84,6 +84,7 @@ class Totals:
     to_lane: int = 0
     to_dlq: int = 0
     parked: int = 0
+    held: int = 0
     batches: int = 0
     hosts: set[tuple[str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -97,6 +98,7 @@ class Totals:
                 self.to_lane += r.to_lane
                 self.to_dlq += r.to_dlq
                 self.parked += r.parked
+                self.held += r.held
                 if r.records:
                     self.hosts.add((r.host, r.pid))
 

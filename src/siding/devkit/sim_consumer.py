@@ -34,7 +34,15 @@ from siding.model import Delivery
 
 SEQ_HEADER = "sim-seq"
 PRODUCED_AT_HEADER = "sim-produced-at"
-RECORD_FIELDS = ("delivery_id", "attempt", "receive_time_unix_s", "produce_ts_unix_s", "seq")
+# ``lane`` only when the delivery said which lane it came from.
+RECORD_FIELDS = (
+    "delivery_id",
+    "attempt",
+    "receive_time_unix_s",
+    "produce_ts_unix_s",
+    "seq",
+    "lane",
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m)?\s*$")
 _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}
@@ -88,6 +96,10 @@ class Behaviour:
     redraw_per_attempt: bool = False
     retry_after_s: float | None = None
     seed: int = 0
+    # RETRY the first attempt of every n-th message of a key (0: off); keys are the producer's
+    # round-robin ``k{seq % keys}``, so a message's place in its key is ``seq // keys``.
+    retry_every: int = 0
+    keys: int = 1
 
     def __post_init__(self) -> None:
         ratios = (self.dead_ratio, self.retry_ratio, self.hang_ratio, self.slow_ratio)
@@ -128,19 +140,38 @@ def plan(behaviour: Behaviour, delivery_id: str, attempt: int) -> Plan:
     return Plan(Fate.ACK, delay)
 
 
+def fails_first_attempt(behaviour: Behaviour, seq: int | None, attempt: int) -> bool:
+    """The ``retry_every`` rule: the first attempt of every n-th message of each key fails."""
+    n = behaviour.retry_every
+    if n <= 0 or seq is None or attempt != 1:
+        return False
+    return (seq // max(1, behaviour.keys)) % n == n - 1
+
+
+def answer(behaviour: Behaviour, delivery_id: str, attempt: int, seq: int | None) -> Plan:
+    """What the simulated consumer does with a delivery: its ``plan``, then the
+    ``retry_every`` rule on top."""
+    step = plan(behaviour, delivery_id, attempt)
+    if fails_first_attempt(behaviour, seq, attempt):
+        return Plan(Fate.RETRY, step.delay_s)
+    return step
+
+
 def record_line(
     delivery_id: str,
     attempt: int,
     received_s: float,
     headers: Mapping[str, str],
+    lane: int | None = None,
 ) -> str:
     """One CSV line for a delivery received; produce time and seq stay empty without headers."""
     produced = headers.get(PRODUCED_AT_HEADER, "")
     seq = headers.get(SEQ_HEADER, "")
+    row: list[object] = [delivery_id, attempt, f"{received_s:.6f}", produced, seq]
+    if lane is not None:
+        row.append(lane)
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow(
-        [delivery_id, attempt, f"{received_s:.6f}", produced, seq]
-    )
+    csv.writer(out, lineterminator="\n").writerow(row)
     return out.getvalue()
 
 
@@ -151,6 +182,7 @@ class Received:
     received_s: float
     produced_s: float | None
     seq: int | None
+    lane: int | None = None
 
 
 def read_records(path: str | os.PathLike[str]) -> list[Received]:
@@ -159,7 +191,8 @@ def read_records(path: str | os.PathLike[str]) -> list[Received]:
     complete = text[: text.rfind("\n") + 1]
     return [
         Received(row[0], int(row[1]), float(row[2]), float(row[3]) if row[3] else None,
-                 int(row[4]) if row[4] else None)
+                 int(row[4]) if row[4] else None,
+                 int(row[5]) if len(row) > 5 and row[5] else None)
         for row in csv.reader(io.StringIO(complete))
     ]  # fmt: skip
 
@@ -207,14 +240,22 @@ class _Core:
         self._recorder = Recorder(settings.record) if settings.record else None
 
     def receive(
-        self, delivery_id: str, attempt: int, headers: Mapping[str, str], value: bytes | None
+        self,
+        delivery_id: str,
+        attempt: int,
+        headers: Mapping[str, str],
+        value: bytes | None,
+        lane: int | None = None,
     ) -> Plan:
         self.received += 1
         if self._recorder is not None:
-            self._recorder.write(record_line(delivery_id, attempt, time.time(), headers))
+            self._recorder.write(record_line(delivery_id, attempt, time.time(), headers, lane))
         if value is not None and any(pill.encode() in value for pill in self.settings.crash_on):
             os._exit(CRASH_EXIT_CODE)  # no cleanup, no answer: as a segfault or an OOM kill would
-        return plan(self.settings.behaviour, delivery_id, attempt)
+        seq = headers.get(SEQ_HEADER, "")
+        return answer(
+            self.settings.behaviour, delivery_id, attempt, int(seq) if seq.isdigit() else None
+        )
 
     async def carry_out(self, step: Plan) -> Fate:
         if step.fate is Fate.HANG:
@@ -255,7 +296,9 @@ class _GrpcSim:
 
     async def _handle(self, delivery: Delivery) -> Reply:
         headers = _text_headers(delivery.headers)
-        step = self.core.receive(delivery.id, delivery.attempt, headers, delivery.value)
+        step = self.core.receive(
+            delivery.id, delivery.attempt, headers, delivery.value, delivery.lane
+        )
         return _reply(self.core, await self.core.carry_out(step))
 
     async def start(self) -> None:
@@ -291,7 +334,11 @@ class _HttpSim:
         if not delivery_id:
             return web.Response(status=400, text="no webhook-id header")
         attempt = int(headers.get("siding-attempt", "1") or 1)
-        fate = await self.core.carry_out(self.core.receive(delivery_id, attempt, headers, body))
+        lane = headers.get("siding-lane", "")
+        step = self.core.receive(
+            delivery_id, attempt, headers, body, int(lane) if lane.isdigit() else None
+        )
+        fate = await self.core.carry_out(step)
         if fate is Fate.DEAD:
             return web.Response(status=422, text="sim: dead")
         if fate is Fate.RETRY:
@@ -439,6 +486,8 @@ def cli_args(settings: SimSettings, listen: str) -> list[str]:
         args.append("--redraw-per-attempt")
     if b.retry_after_s is not None:
         args += ["--retry-after", f"{b.retry_after_s!r}s"]
+    if b.retry_every:
+        args += ["--retry-every", str(b.retry_every), "--keys", str(b.keys)]
     if settings.record is not None:
         args += ["--record", settings.record]
     for pill in settings.crash_on:

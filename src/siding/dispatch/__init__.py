@@ -10,7 +10,7 @@ from siding.dispatch.breaker import (
 )
 from siding.dispatch.errors import DispatchInterrupted
 from siding.dispatch.guard import flood_exceeded
-from siding.dispatch.keyorder import OrderKey, ParkedRecord
+from siding.dispatch.keyorder import Held, OrderKey, ParkedRecord
 from siding.dispatch.parking import ParkSettings, ParkTimer
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
@@ -30,6 +30,7 @@ __all__ = [
     "DispatchSettings",
     "DispatchStats",
     "FinalStep",
+    "Held",
     "LatencyHistogram",
     "OrderKey",
     "ParkSettings",

@@ -11,7 +11,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from siding.model import Delivery, Lane, Ordering, delivery_id
-from siding.policy import ToLane
 
 OrderKey = tuple[int, bytes]
 """(partition, key): the unit of ordering in ``key`` mode."""
@@ -19,16 +18,30 @@ OrderKey = tuple[int, bytes]
 
 @dataclass(frozen=True, slots=True)
 class ParkedRecord:
-    """A record of some key that sits in retry lane ``lane`` until ``not_before_ms``."""
+    """A record of some key that sits in retry lane ``lane`` until ``not_before_ms``, or is
+    held behind an earlier one (``lane == HELD``)."""
 
     offset: int
     lane: int
     not_before_ms: int
 
 
+HELD = 0
+"""The ``lane`` of a ``ParkedRecord`` that is a held follower, not a record in a retry lane."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The step of a record that waits behind an earlier record of its key: it goes to the
+    route's hold topic unchanged and is read back by the main lane (docs/dispatch.md)."""
+
+    reason: str
+
+
 @dataclass(frozen=True, slots=True)
 class Blocker:
-    """An earlier record of the key that went to a retry lane: later ones must follow it."""
+    """An earlier record of the key that is out of the line (in a retry lane or held): later
+    ones must wait for it."""
 
     id: str
     lane: int
@@ -88,19 +101,11 @@ def parked_blocker(
     return Blocker(blocker_id, lead.lane, max(p.not_before_ms for p in earlier))
 
 
-def follow(
-    delivery: Delivery, blocker: Blocker, own_lane: int, lanes: Sequence[Lane], now_ms: int
-) -> ToLane:
-    """The step of an item that must not be sent because ``blocker`` went to a retry lane.
-
-    It goes to the blocker's lane (never down from its own), keeps its unspent attempt or takes the
-    first attempt of that lane, and waits at least as long as the blocker and the lane's delay.
-    """
-    lane = max(blocker.lane, own_lane)
-    attempt = max(delivery.attempt, first_attempt_of_lane(lane, lanes))
-    delay_ms = round(lanes[lane - 1].delay_s * 1000) if 1 <= lane <= len(lanes) else 0
-    not_before = max(blocker.not_before_ms, now_ms + delay_ms)
-    return ToLane(lane, attempt, not_before, f"following {blocker.id}")
+def follow(blocker: Blocker) -> Held:
+    """The step of an item that must not be sent because an earlier record of its key is out of
+    the line (``blocker``): it is held, its attempt and lane unchanged (it has not failed), and
+    becomes due as soon as nothing earlier of its key waits."""
+    return Held(f"following {blocker.id}")
 
 
 @dataclass(slots=True)
@@ -114,7 +119,8 @@ class KeyLines:
 
     In ``key`` mode each ``OrderKey`` is a line in offset order: only its head is out at a time;
     when the head settles, the next one is released, unless the head went to a retry lane or the
-    next one has an earlier record parked outside the slice: then it and all behind it follow.
+    next one has an earlier record parked or held outside the slice: then it and all behind it
+    follow (they are held).
     Items without a key (and every item in ``unordered`` mode) are released at once.
     """
 

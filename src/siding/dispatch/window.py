@@ -298,7 +298,7 @@ class _Window:
 
     async def _send(self, index: int) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery
-        deadline_s = self._settings.deadline_s
+        deadline_s = self._work[index].deadline_s or self._settings.deadline_s
         started = time.monotonic()
         # The transport keeps the deadline itself; this is the net for one that does not.
         try:
@@ -431,14 +431,10 @@ class _Window:
     def _release(self, released: Released) -> None:
         for index in released.send:
             self._schedule(index, self._work[index].not_before_ms)
-        if released.follow:
-            now_ms = self._now_ms()
-            for index, blocker in released.follow:
-                delivery = self._work[index].delivery
-                step = follow(delivery, blocker, self._settings.lane, self._settings.lanes, now_ms)
-                self._steps[index] = step
-                self._unsettled -= 1
-                self._stats.followed()
+        for index, blocker in released.follow:
+            self._steps[index] = follow(blocker)
+            self._unsettled -= 1
+            self._stats.followed()
 
     def _schedule(self, index: int, due_ms: int) -> None:
         if index in self._suspects:

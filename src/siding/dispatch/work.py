@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from siding.dispatch.keyorder import Held
 from siding.dispatch.stats import DispatchStats
 from siding.model import Delivery, Outcome
 from siding.policy import Done, ToDlq, ToLane
@@ -21,17 +22,20 @@ class Parked:
     deaths: int = 0
 
 
-FinalStep = Done | ToLane | ToDlq | Parked
+FinalStep = Done | ToLane | ToDlq | Parked | Held
 
 
 @dataclass(frozen=True, slots=True)
 class Work:
     """One record to deliver, not before ``not_before_ms`` (epoch milliseconds); ``deaths``: the
-    consumer already went away this many times with it in flight (a suspect from the start)."""
+    consumer already went away this many times with it in flight (a suspect from the start);
+    ``deadline_s`` overrides the slice's deadline for it (key mode: a retried record in the main
+    lane's loop keeps its lane's deadline)."""
 
     delivery: Delivery
     not_before_ms: int = 0
     deaths: int = 0
+    deadline_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,10 @@ class DispatchReport:
     @property
     def parked_items(self) -> tuple[Settled, ...]:
         return tuple(s for s in self.settled if isinstance(s.step, Parked))
+
+    @property
+    def held(self) -> tuple[Settled, ...]:
+        return tuple(s for s in self.settled if isinstance(s.step, Held))
 
     @property
     def to_dlq(self) -> tuple[Settled, ...]:

@@ -23,13 +23,14 @@ from siding.kafka.admin import (
 )
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
+from siding.model import Ordering
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
-from siding.pipeline.source import source_options, starting_offsets
+from siding.pipeline.source import source_options, starting_offsets, starting_offsets_of
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -90,9 +91,11 @@ class Application:
             state_producer = DurableProducer(client_conf)
             self._producers.append(state_producer)
             topics = (route.topic, *naming.route_lane_topics(route))
+            held = self._held_topics(route)
             for lane, topic in enumerate(topics):
                 name = naming.query_name(route.name, lane)
-                targets[name] = CommitTarget(route.group, topic)
+                more = held if lane == 0 else ()
+                targets[name] = CommitTarget(route.group, topic, more)
                 handler = LaneBatchHandler(
                     route=route,
                     lane=lane,
@@ -109,13 +112,18 @@ class Application:
                 starting = self._starting(
                     client_conf,
                     route,
-                    topic,
+                    (topic, *more),
                     partitions=partitions,
                     checkpoint=checkpoint,
                     lane=lane,
                 )
                 self._start_query(
-                    route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
+                    route,
+                    name,
+                    ",".join((topic, *more)),
+                    handler=handler,
+                    checkpoint=checkpoint,
+                    starting=starting,
                 )
             # Parked records left from when the route parked are finished even if it no longer
             # does (parking turned off, key mode): the main lane committed past them.
@@ -147,7 +155,7 @@ class Application:
             route.name, naming.PARK_LANE
         )
         starting = self._starting(
-            client_conf, route, topic, partitions=partitions, checkpoint=checkpoint, lane=1
+            client_conf, route, (topic,), partitions=partitions, checkpoint=checkpoint, lane=1
         )
         name = naming.query_name(route.name, naming.PARK_LANE)
         self._start_query(
@@ -166,17 +174,27 @@ class Application:
         specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+        if self._held_topics(route):
+            specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))
         if route.parks or naming.park_topic(route.name) in present:
             specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
             specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
         ensure_topics(admin, specs)
         return partitions
 
+    def _held_topics(self, route: RouteConfig) -> tuple[str, ...]:
+        """The main lane reads the hold topic beside the source in key mode, and while the topic
+        exists (records held before the route left key mode are still delivered)."""
+        topic = naming.hold_topic(route.name)
+        if route.ordering is Ordering.KEY or topic in self._present:
+            return (topic,)
+        return ()
+
     def _starting(
         self,
         client_conf: Mapping[str, object],
         route: RouteConfig,
-        topic: str,
+        topics: tuple[str, ...],
         *,
         partitions: int,
         checkpoint: Path,
@@ -184,9 +202,22 @@ class Application:
     ) -> str:
         if (checkpoint / "offsets").exists():
             return "earliest"  # ignored by Spark: the checkpoint is the source of truth
-        committed = committed_offsets(client_conf, route.group, topic)
         fallback = route.starting_offsets if lane == 0 else "earliest"
-        return starting_offsets(topic, partitions, committed, fallback)
+        if len(topics) == 1:
+            committed = committed_offsets(client_conf, route.group, topics[0])
+            return starting_offsets(topics[0], partitions, committed, fallback)
+        # The source from the group or the route's setting; the hold topic from the group or
+        # its beginning (what it holds was committed away from the source).
+        return starting_offsets_of(
+            {
+                t: (
+                    committed_offsets(client_conf, route.group, t),
+                    fallback if i == 0 else "earliest",
+                )
+                for i, t in enumerate(topics)
+            },
+            partitions,
+        )
 
     def _start_query(
         self,
@@ -200,7 +231,7 @@ class Application:
     ) -> None:
         assert self.spark is not None
         trigger_s = self.config.spark.trigger
-        if topic != route.topic:
+        if name != naming.query_name(route.name, 0):
             trigger_s = max(trigger_s, SIDE_LANE_TRIGGER_S)
         options = source_options(
             self.config.kafka.spark_options(),

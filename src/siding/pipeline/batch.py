@@ -70,10 +70,9 @@ class LaneBatchHandler:
             self._wait_until_releasable(frame)
         if self.route.ordering is Ordering.KEY:
             # All records of a key in one task, in log order; more tasks than Kafka partitions.
+            # By key alone: the main lane's held records come from another topic's partitions.
             tasks = max(self.parallelism, self.route.min_partitions)
-            rows = rows.repartition(tasks, "partition", "key").sortWithinPartitions(
-                "partition", "offset"
-            )
+            rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
         results = self._run_with_retries(rows, batch_id)
         events = [event for result in results for event in result.park_events]
         with self.parking.write_lock:

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 class CommitTarget:
     group: str
     topic: str
+    # Other topics the query reads (the main lane's hold topic in key mode).
+    more: tuple[str, ...] = ()
 
 
 def make_listener(
@@ -36,7 +38,7 @@ def make_listener(
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     lock = threading.Lock()
-    last: dict[str, dict[int, int]] = {}
+    last: dict[tuple[str, str], dict[int, int]] = {}
     clients = [admin]  # emptied by ``release()``: py4j keeps listeners alive past removeListener
 
     class GroupCommitListener(StreamingQueryListener):
@@ -52,12 +54,13 @@ def make_listener(
             try:
                 on_progress(name, progress)
                 for source in progress.sources:
-                    offsets = end_offsets(source.endOffset, target.topic)
-                    with lock:
-                        if not offsets or last.get(name) == offsets or not clients:
-                            continue
-                        commit_offsets(clients[0], target.group, target.topic, offsets)
-                        last[name] = offsets
+                    for topic in (target.topic, *target.more):
+                        offsets = end_offsets(source.endOffset, topic)
+                        with lock:
+                            if not offsets or last.get((name, topic)) == offsets or not clients:
+                                continue
+                            commit_offsets(clients[0], target.group, topic, offsets)
+                            last[(name, topic)] = offsets
             except Exception:  # a listener must never kill the query; the next batch retries
                 log.exception("committing offsets of %s to group %s failed", name, target.group)
 

@@ -1,4 +1,4 @@
-"""Key mode across batches: which records of each key sit in retry lanes (driver side).
+"""Key mode across batches: which records of each key sit in retry lanes or are held (driver side).
 
 Every batch of every lane of a route reads a snapshot, and reports park/release events when it
 ends. The state is kept durable in a compacted topic (``siding.naming.state_topic(route, "keys")``),
@@ -19,7 +19,8 @@ from siding.routing.producer import OutRecord
 
 @dataclass(frozen=True, slots=True)
 class ParkEvent:
-    """``lane is None``: the record left the lanes (ACKed or dead); else it sits in ``lane``."""
+    """``lane is None``: the record left the lanes (ACKed or dead); else it sits in ``lane``
+    (``keyorder.HELD``: it is held behind an earlier record of its key)."""
 
     key: OrderKey
     offset: int
@@ -92,9 +93,11 @@ class KeyParking:
                     del self._released_early[early]
                     continue
                 else:
-                    self._parked.setdefault(event.key, {})[event.offset] = ParkedRecord(
-                        event.offset, event.lane, event.not_before_ms
-                    )
+                    records = self._parked.setdefault(event.key, {})
+                    record = ParkedRecord(event.offset, event.lane, event.not_before_ms)
+                    if records.get(event.offset) == record:
+                        continue  # held again, unchanged: nothing to write
+                    records[event.offset] = record
                 changed.add(event.key)
             out = []
             for key in changed:

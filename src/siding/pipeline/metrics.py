@@ -33,6 +33,7 @@ class LaneMetrics:
     to_lane: int = 0
     to_dlq: int = 0
     parked: int = 0
+    held: int = 0
     batches: int = 0
     sends: int = 0
     outcomes: Mapping[OutcomeKind, int] = field(default_factory=dict)
@@ -125,6 +126,7 @@ def fold_batch(
         to_lane=current.to_lane + sum(r.to_lane for r in results),
         to_dlq=current.to_dlq + sum(r.to_dlq for r in results),
         parked=current.parked + sum(r.parked for r in results),
+        held=current.held + sum(r.held for r in results),
         batches=current.batches + 1,
         sends=current.sends + sum(s.sends for s in stats),
         outcomes=outcomes,

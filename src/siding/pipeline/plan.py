@@ -31,6 +31,7 @@ class TaskPlan:
     dlq_topic: str
     park_topic: str
     settle_topic: str
+    hold_topic: str
     parked: Mapping[OrderKey, tuple[ParkedRecord, ...]] = field(default_factory=dict)
     tasks: int = 1
     # The park lane only: what the calls behind this batch's parked records answered.
@@ -106,6 +107,7 @@ def build_plan(
         dlq_topic=naming.route_dlq(route),
         park_topic=naming.park_topic(route.name),
         settle_topic=naming.state_topic(route.name, "settled"),
+        hold_topic=naming.hold_topic(route.name),
         parked=parked if route.ordering is Ordering.KEY else {},
         tasks=max(1, tasks),
         settlements=dict(settlements or {}),

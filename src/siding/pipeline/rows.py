@@ -119,6 +119,13 @@ def too_large(item: Incoming, limit: int) -> str:
     )
 
 
-def incoming(rows: Iterable[Sequence[Any]], lane: int) -> list[Incoming]:
-    convert = main_lane_delivery if lane == 0 else retry_lane_delivery
-    return [convert(row) for row in rows]
+def incoming(rows: Iterable[Sequence[Any]], lane: int, hold_topic: str = "") -> list[Incoming]:
+    """Deliveries of a lane's rows. The main lane also reads ``hold_topic`` (key mode), whose
+    records carry their story like a retry lane's: held ones keep their lane (usually 0) and
+    are due at once, retried ones wait out their lane's delay there."""
+    if lane != 0:
+        return [retry_lane_delivery(row) for row in rows]
+    return [
+        retry_lane_delivery(row) if row[0] == hold_topic else main_lane_delivery(row)
+        for row in rows
+    ]

@@ -27,6 +27,22 @@ def starting_offsets(
     return json.dumps({topic: spec})
 
 
+def starting_offsets_of(
+    topics: Mapping[str, tuple[Mapping[int, int], str]], partitions: int
+) -> str:
+    """``startingOffsets`` for a query that reads several topics (the main lane and the hold
+    topic): per topic, the group's committed offsets and its fallback; Spark wants every
+    partition of every topic named once any is."""
+    if len(topics) == 1:
+        ((topic, (committed, fallback)),) = topics.items()
+        return starting_offsets(topic, partitions, committed, fallback)
+    spec: dict[str, dict[str, int]] = {}
+    for topic, (committed, fallback) in topics.items():
+        default = EARLIEST if fallback == "earliest" else LATEST
+        spec[topic] = {str(p): committed.get(p, default) for p in range(partitions)}
+    return json.dumps(spec)
+
+
 def source_options(
     bootstrap_options: Mapping[str, str],
     topic: str,
@@ -35,7 +51,7 @@ def source_options(
     min_partitions: int,
     max_offsets_per_trigger: int,
 ) -> dict[str, str]:
-    """Options for ``spark.readStream.format("kafka")``."""
+    """Options for ``spark.readStream.format("kafka")``; ``topic`` may name several, by commas."""
     options = dict(bootstrap_options)
     options.update(
         {

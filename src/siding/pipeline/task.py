@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,9 +26,9 @@ from siding.dispatch import (
     dispatch,
     flood_exceeded,
 )
-from siding.dispatch.keyorder import order_key
+from siding.dispatch.keyorder import HELD, Held, order_key
 from siding.errors import DlqFloodError
-from siding.model import LaneHop
+from siding.model import Delivery, LaneHop
 from siding.pipeline.keystate import ParkEvent
 from siding.pipeline.parked import Adoption
 from siding.pipeline.plan import TaskPlan
@@ -36,7 +36,13 @@ from siding.pipeline.rows import Incoming, incoming, too_large
 from siding.pipeline.worker import runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.producer import OutRecord
-from siding.routing.records import dlq_record, lane_record, park_record, requeue_record
+from siding.routing.records import (
+    dlq_record,
+    hold_record,
+    lane_record,
+    park_record,
+    requeue_record,
+)
 
 _DUE_SLACK_MS = 1000
 
@@ -50,6 +56,7 @@ class TaskResult:
     to_lane: int = 0
     to_dlq: int = 0
     parked: int = 0
+    held: int = 0
     stats: DispatchStats | None = None
     park_events: tuple[ParkEvent, ...] = ()
     dead_reasons: dict[str, int] = field(default_factory=dict)
@@ -74,7 +81,7 @@ def route_out(
                     hops=before,
                     now_ms=now_ms,
                     route=plan.route.name,
-                    lane_topic=plan.lane_topic,
+                    lane_topic=retry_topic(plan, delivery),
                 )
             )
         elif isinstance(step, Parked):
@@ -87,6 +94,12 @@ def route_out(
                     route=plan.route.name,
                     park_topic=plan.park_topic,
                     deaths=step.deaths,
+                )
+            )
+        elif isinstance(step, Held):
+            out.append(
+                hold_record(
+                    delivery, step, hops=before, route=plan.route.name, hold_topic=plan.hold_topic
                 )
             )
         elif isinstance(step, ToDlq):
@@ -103,8 +116,43 @@ def route_out(
     return out
 
 
+def retry_topic(plan: TaskPlan, delivery: Delivery) -> Callable[[int], str]:
+    """Where a record that must be retried waits: its lane's topic, or in key mode (a record
+    with a key) the hold topic, where the main lane's own loop retries it when it is due and
+    then releases the records held behind it (docs/dispatch.md, "Key ordering")."""
+    if order_key(delivery, plan.route.ordering) is None:
+        return plan.lane_topic
+    return lambda _lane: plan.hold_topic
+
+
+def waiting_in_hold(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Incoming]:
+    """Main lane, key mode: retried records read back from the hold topic whose lane delay has
+    not passed yet; they are written back unchanged, and the key state keeps their keys blocked."""
+    if plan.lane != 0:
+        return []
+    return [i for i in items if not i.malformed and i.not_before_ms > now_ms]
+
+
+def slice_work(plan: TaskPlan, items: Sequence[Incoming], skip: set[str]) -> list[Work]:
+    """The items to dispatch; a retried record in the main lane's loop keeps its lane's
+    deadline."""
+    lanes = plan.settings.lanes
+    return [
+        Work(
+            i.delivery,
+            i.not_before_ms,
+            deadline_s=lanes[i.delivery.lane - 1].deadline_s
+            if plan.lane == 0 and 1 <= i.delivery.lane <= len(lanes)
+            else None,
+        )
+        for i in items
+        if not i.malformed and i.delivery.id not in skip
+    ]
+
+
 def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, ...]:
-    """Key mode: a record that went to a lane is parked there; one that finished is released."""
+    """Key mode: a record that went to a lane is parked there, one that waits behind an earlier
+    record of its key is held; one that finished is released."""
     events: list[ParkEvent] = []
     for item in settled:
         key = order_key(item.work.delivery, plan.route.ordering)
@@ -115,6 +163,8 @@ def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, 
             continue  # key mode never parks
         if isinstance(step, ToLane):
             events.append(ParkEvent(key, item.work.delivery.offset, step.lane, step.not_before_ms))
+        elif isinstance(step, Held):
+            events.append(ParkEvent(key, item.work.delivery.offset, HELD))
         elif plan.lane > 0 or key in plan.parked:
             events.append(ParkEvent(key, item.work.delivery.offset, None))
     return tuple(events)
@@ -146,16 +196,12 @@ def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Inco
 def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
     began = time.monotonic()
-    items = screen(incoming(rows, plan.lane), plan.route.message_limit)
+    items = screen(incoming(rows, plan.lane, plan.hold_topic), plan.route.message_limit)
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
-    later = not_due(plan, items, int(time.time() * 1000))
-    later_ids = {i.delivery.id for i in later}
-    work = [
-        Work(i.delivery, i.not_before_ms)
-        for i in items
-        if not i.malformed and i.delivery.id not in later_ids
-    ]
+    now_ms = int(time.time() * 1000)
+    later = not_due(plan, items, now_ms) + waiting_in_hold(plan, items, now_ms)
+    work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
     report = deliver(plan, plan.settings, work, partition_id)
@@ -176,7 +222,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             not_before_ms=i.not_before_ms,
             hops=i.hops,
             route=route.name,
-            lane_topic=plan.lane_topic,
+            lane_topic=retry_topic(plan, i.delivery),
         )
         for i in later
     ]
@@ -220,6 +266,7 @@ def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
         acked=sum(1 for s in settled if isinstance(s.step, Done)),
         to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
         to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
+        held=sum(1 for s in settled if isinstance(s.step, Held)),
         pid=os.getpid(),
         host=socket.gethostname(),
         **extra,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from siding.dispatch.keyorder import Held
 from siding.model import Delivery, LaneHop
 from siding.policy import ToDlq, ToLane
 from siding.routing import story
@@ -120,3 +121,25 @@ def park_record(
         deaths=deaths,
     )
     return _carry(park_topic, delivery, told)
+
+
+def hold_record(
+    delivery: Delivery,
+    step: Held,
+    *,
+    hops: tuple[LaneHop, ...],
+    route: str,
+    hold_topic: str,
+) -> OutRecord:
+    """The record that holds ``delivery`` behind an earlier record of its key: same attempt and
+    story (it has not failed, so no hop is added), due as soon as its key lets it go."""
+    told = story.StoryHeaders(
+        origin=origin_of(delivery),
+        attempt=delivery.attempt,
+        lane=delivery.lane,
+        not_before_ms=0,
+        hops=hops,
+        reason=step.reason,
+        route=route,
+    )
+    return _carry(hold_topic, delivery, told)

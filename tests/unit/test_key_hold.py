@@ -1,0 +1,242 @@
+"""Key mode's hold (issue 19): followers are held with their attempt, read back by the main lane
+beside the source, and the key returns to the main lane once nothing of it waits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from siding import naming
+from siding.config import parse_config
+from siding.dispatch import Held, Settled, Work
+from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, follow
+from siding.model import Delivery, LaneHop, Ordering, delivery_id
+from siding.pipeline.keystate import KeyParking, ParkEvent
+from siding.pipeline.plan import TaskPlan, build_plan
+from siding.pipeline.rows import incoming
+from siding.pipeline.source import starting_offsets_of
+from siding.pipeline.task import (
+    park_events,
+    retry_topic,
+    route_out,
+    slice_work,
+    waiting_in_hold,
+)
+from siding.policy import Done, ToLane
+from siding.routing import story
+from siding.routing.producer import OutRecord
+from siding.routing.records import requeue_record
+
+CONFIG = """
+[kafka]
+bootstrap = "127.0.0.1:9092"
+[[route]]
+name = "r"
+topic = "t"
+group = "g"
+endpoint = "grpc://127.0.0.1:50051"
+ordering = "key"
+lanes = [{ delay = "1s" }, { delay = "5s" }]
+"""
+ROUTE = parse_config(CONFIG).route[0]
+HOLD = naming.hold_topic("r")
+
+
+def rec(offset: int, key: bytes | None = b"k", attempt: int = 1, lane: int = 0) -> Delivery:
+    return Delivery(
+        delivery_id("t", 0, offset), "t", 0, offset, key, b"v", attempt=attempt, lane=lane
+    )
+
+
+def plan(lane: int, parking: KeyParking | None = None) -> TaskPlan:
+    return build_plan(ROUTE, lane, {}, tasks=1, parked=parking.snapshot() if parking else {})
+
+
+def as_row(record: OutRecord) -> tuple[Any, ...]:
+    """The row Spark's Kafka source gives for ``record`` (partition and offset of its topic)."""
+    return (record.topic, 0, 0, record.key, record.value, list(record.headers), 0)
+
+
+def source_row(offset: int, key: bytes = b"k") -> tuple[Any, ...]:
+    return ("t", 0, offset, key, b"v", [("user", b"h")], 1000 + offset)
+
+
+def test_a_held_record_keeps_its_attempt_and_story_and_gains_no_hop() -> None:
+    # Given a record already in lane 1 (attempt 2) that is held behind an earlier one
+    hop = LaneHop(0, 1, 5, "retry")
+    delivery = rec(7, attempt=2, lane=1)
+    settled = [Settled(Work(delivery), Held("following t/0/3"))]
+    (out,) = route_out(plan(1), settled, {delivery.id: (hop,)}, now_ms=99)
+    told = story.decode(out.headers)
+    assert out.topic == HOLD
+    assert told is not None
+    assert (told.attempt, told.lane, told.hops, told.not_before_ms) == (2, 1, (hop,), 0)
+    assert told.reason == "following t/0/3"
+
+
+def test_the_main_lane_reads_the_hold_topic_back_with_each_records_story() -> None:
+    # Given a held follower, and a retried record waiting out lane 1's delay, in the hold topic
+    follower, retried = rec(7), rec(5)
+    task = plan(0)
+    held = route_out(
+        task,
+        [
+            Settled(Work(follower), Held("following t/0/5")),
+            Settled(Work(retried), ToLane(1, 2, 5_000, "sim: retry")),
+        ],
+        {},
+        now_ms=1_000,
+    )
+    assert {r.topic for r in held} == {HOLD}
+    items = incoming([source_row(9), *map(as_row, held)], 0, HOLD)
+    assert [i.delivery.id for i in items] == [rec(9).id, follower.id, retried.id]
+    # Then the source record is attempt 1 in the main lane; the follower is due at once, still
+    # attempt 1 in the main lane; the retried one is attempt 2 in lane 1, due at its not-before
+    got = [(i.delivery.attempt, i.delivery.lane, i.not_before_ms) for i in items]
+    assert got == [(1, 0, 0), (1, 0, 0), (2, 1, 5_000)]
+    # When the main lane's batch runs before the retry is due, only the retried one waits
+    assert waiting_in_hold(task, items, now_ms=4_999) == [items[2]]
+    assert waiting_in_hold(task, items, now_ms=5_000) == []
+    # ...and once due it is delivered with lane 1's deadline, the others with the main lane's
+    deadlines = [w.deadline_s for w in slice_work(task, items, set())]
+    assert deadlines == [None, None, ROUTE.lanes_as_model()[0].deadline_s]
+    # without a hold topic, the same row is a source record (siding headers not trusted)
+    assert incoming([as_row(held[1])], 0)[0].delivery.attempt == 1
+
+
+def test_only_keyed_records_of_a_key_mode_route_are_retried_through_the_hold_topic() -> None:
+    keyed, unkeyed = rec(1), rec(2, key=None)
+    assert retry_topic(plan(0), keyed)(1) == HOLD
+    assert retry_topic(plan(0), unkeyed)(2) == naming.lane_topic("r", 2)
+    unordered = build_plan(ROUTE.model_copy(update={"ordering": Ordering.UNORDERED}), 0, {}, 1, {})
+    assert retry_topic(unordered, keyed)(1) == naming.lane_topic("r", 1)
+
+
+def test_held_records_are_parked_as_held_and_released_when_done() -> None:
+    parking = KeyParking("state")
+    parking.apply([ParkEvent((0, b"k"), 3, 1, 0)])
+    settled = [
+        Settled(Work(rec(5)), Held("following t/0/3")),
+        Settled(Work(rec(1)), Done()),
+    ]
+    assert park_events(plan(0, parking), settled) == (
+        ParkEvent((0, b"k"), 5, HELD),
+        ParkEvent((0, b"k"), 1, None),
+    )
+
+
+def test_the_main_lane_starts_the_hold_topic_from_its_beginning() -> None:
+    got = json.loads(starting_offsets_of({"t": ({0: 5}, "latest"), HOLD: ({}, "earliest")}, 2))
+    assert got == {"t": {"0": 5, "1": -1}, HOLD: {"0": -2, "1": -2}}
+    assert starting_offsets_of({"t": ({}, "latest")}, 2) == "latest"
+
+
+# ---- property: the main lane's loop, batch after batch, with a clock ---------------------------
+
+
+@dataclass
+class World:
+    """A route in key mode, reduced to what ordering needs: the source, the hold topic (held
+    records and retried ones waiting out their delay), the key state, a clock in ticks of one
+    main-lane batch, and what the consumer ACKed first."""
+
+    fails: set[int]
+    parking: KeyParking = field(default_factory=lambda: KeyParking("state"))
+    held: list[OutRecord] = field(default_factory=list)
+    acked: list[Delivery] = field(default_factory=list)
+    sends: int = 0
+    clock: int = 1_000
+
+    def main(self, source: Sequence[int], data: st.DataObject) -> list[Settled]:
+        """One main-lane batch, as ``run_slice`` makes it: read the hold topic beside the
+        source, write back what is not due, dispatch the rest in key order."""
+        self.clock += 1
+        rows = [as_row(r) for r in self.held] + [source_row(o, b"k%d" % (o % 2)) for o in source]
+        self.held = []
+        task = plan(0, self.parking)
+        items = incoming(rows, 0, HOLD)
+        later = waiting_in_hold(task, items, self.clock)
+        work = slice_work(task, items, {i.delivery.id for i in later})
+        self.held += [
+            requeue_record(
+                i.delivery,
+                not_before_ms=i.not_before_ms,
+                hops=i.hops,
+                route="r",
+                lane_topic=retry_topic(task, i.delivery),
+            )
+            for i in later
+        ]
+        settled = self.dispatch(task, [w.delivery for w in work], data)
+        self.held += [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
+        self.parking.apply(park_events(task, settled))
+        return settled
+
+    def dispatch(
+        self, task: TaskPlan, deliveries: Sequence[Delivery], data: st.DataObject
+    ) -> list[Settled]:
+        lines = KeyLines(deliveries, Ordering.KEY, task.parked)
+        steps: dict[int, Any] = {}
+        out: list[int] = []
+
+        def take(released: Released) -> None:
+            out.extend(released.send)
+            for index, blocker in released.follow:
+                steps[index] = follow(blocker)
+
+        take(lines.start())
+        while out:
+            index = out.pop(data.draw(st.integers(0, len(out) - 1)))
+            delivery = deliveries[index]
+            self.sends += 1
+            if delivery.offset in self.fails and delivery.attempt == 1:
+                due = self.clock + data.draw(st.integers(0, 3))
+                steps[index] = ToLane(1, 2, due, "sim: retry")
+                take(lines.settle(index, Blocker(delivery.id, 1, due)))
+            else:
+                steps[index] = Done()
+                self.acked.append(delivery)
+                take(lines.settle(index, None))
+        return [Settled(Work(d), steps[i]) for i, d in enumerate(deliveries)]
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    st.integers(1, 40),
+    st.sets(st.integers(0, 39)),
+    st.lists(st.integers(0, 6), max_size=30),
+    st.data(),
+)
+def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
+    count: int, fails: set[int], chunks: list[int], data: st.DataObject
+) -> None:
+    world = World({f for f in fails if f < count})
+    offsets = list(range(count))
+    # Source records arrive in chunks, one main-lane batch each
+    for chunk in chunks:
+        taken, offsets = offsets[:chunk], offsets[chunk:]
+        world.main(taken, data)
+    world.main(offsets, data)
+    # When the main lane keeps running, every retry falls due and the keys drain in bounded time
+    for _ in range(5 * (len(world.fails) + 1)):
+        world.main([], data)
+    # Then nothing waits any more: the key is back in the main lane
+    assert (world.held, world.parking.snapshot()) == ([], {})
+    # Every record was ACKed exactly once, per key in offset order
+    assert sorted(d.offset for d in world.acked) == list(range(count))
+    for key in (b"k0", b"k1"):
+        firsts = [d.offset for d in world.acked if d.key == key]
+        assert firsts == sorted(firsts)
+    # Only records that failed were charged an attempt; they were retried in lane 1
+    for d in world.acked:
+        assert (d.attempt, d.lane) == ((2, 1) if d.offset in world.fails else (1, 0))
+    # No record was sent more often than its failures make it
+    assert world.sends == count + len(world.fails)
+    # A new record of the key now goes straight out in the main lane
+    (fresh,) = world.main([count], data)
+    assert isinstance(fresh.step, Done)
