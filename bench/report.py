@@ -132,7 +132,8 @@ def cell(value: Any) -> str:
 def markdown(report: Entry) -> str:
     lines = [
         f"Machine: {report['machine']}  ",
-        f"Command: `make bench` (scale {report.get('scale', 1)}), {report.get('when', '')}",
+        f"Command: `{report.get('command', 'make bench')}` (scale {report.get('scale', 1)}),"
+        f" {report.get('when', '')}",
         "",
         "| workload | messages | metric | siding | Parallel Consumer | serial consumer |",
         "|---|---:|---|---:|---:|---:|",
@@ -348,10 +349,20 @@ def entry_notes(entry: Entry) -> list[str]:
 
 
 def build_report(
-    machine_text: str, entries: Sequence[Entry], scale: float, when: float
+    machine_text: str,
+    entries: Sequence[Entry],
+    scale: float,
+    when: float,
+    command: str = "make bench",
 ) -> dict[str, Any]:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-    return {"machine": machine_text, "when": stamp, "scale": scale, "workloads": list(entries)}
+    return {
+        "machine": machine_text,
+        "when": stamp,
+        "scale": scale,
+        "command": command,
+        "workloads": list(entries),
+    }
 
 
 def write(report: Entry, folder: Path = RESULTS) -> list[Path]:

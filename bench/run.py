@@ -85,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result = report.build_report(report.machine(), entries, scale, started)
+    command = "make bench"
+    if args.only:
+        command = "python -m bench.run --only " + " ".join(args.only)
+    result = report.build_report(report.machine(), entries, scale, started, command)
     paths = report.write(result, args.out)
     print(report.markdown(result))
     print(f"written: {', '.join(str(p) for p in paths)}; took {time.time() - started:.0f}s")

@@ -81,3 +81,9 @@ def test_scale_comes_from_the_environment_and_floors_counts() -> None:
 def test_a_p50_p99_pair_is_one_cell() -> None:
     entry = {"with_pill": {"during_isolation_p50_ms": 12.0, "during_isolation_p99_ms": 2900.0}}
     assert field(entry, "with_pill.during_isolation_p50_ms+p99") == "12.0 / 2,900.0"
+
+
+def test_a_partial_run_names_its_command() -> None:
+    built = build_report("m", [], 1.0, 0.0, "python -m bench.run --only crash_pill")
+    assert "`python -m bench.run --only crash_pill`" in markdown(built)
+    assert "`make bench`" in markdown(build_report("m", [], 1.0, 0.0))
