@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -15,6 +15,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from siding import naming
+from siding.control.status import QueryHealth
 from siding.dispatch import BreakerState
 from siding.pipeline.metrics import LaneMetrics, Snapshot
 
@@ -34,8 +35,13 @@ def _outcomes(lane: LaneMetrics) -> dict[str, int]:
 class SnapshotCollector(Collector):
     """Reads a fresh snapshot on every scrape; nothing is kept between scrapes."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot],
+        queries: Callable[[], Sequence[QueryHealth]] = tuple,
+    ) -> None:
         self._snapshot = snapshot
+        self._queries = queries
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -59,7 +65,7 @@ class SnapshotCollector(Collector):
             labels=_LABELS,
         )
         in_flight = GaugeMetricFamily(
-            "siding_in_flight",
+            "siding_in_flight_peak",
             "Peak deliveries in flight during the lane's last batch (summed over its tasks).",
             labels=_LABELS,
         )
@@ -118,11 +124,21 @@ class SnapshotCollector(Collector):
                 breaker.add_metric([*labels, state.value], 1.0 if lane.breaker is state else 0.0)
         yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch)
         yield from (suspects, isolations, convictions, holdouts, breaker)
+        up = GaugeMetricFamily(
+            "siding_query_up",
+            "1 while the streaming query (a route's lane) runs, 0 once it stopped (see /status).",
+            labels=["query"],
+        )
+        for query in self._queries():
+            up.add_metric([query.name], 1.0 if query.active else 0.0)
+        yield up
 
 
-def metrics_registry(snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
+def metrics_registry(
+    snapshot: Callable[[], Snapshot], queries: Callable[[], Sequence[QueryHealth]] = tuple
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
+    registry.register(SnapshotCollector(snapshot, queries))
     return registry
 
 

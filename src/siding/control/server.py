@@ -31,7 +31,7 @@ class ControlServer:
         self._address = address
         self._metrics = metrics
         self._queries = queries
-        self._registry = metrics_registry(metrics.snapshot)
+        self._registry = metrics_registry(metrics.snapshot, queries)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 

@@ -239,7 +239,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             flush=True,
         )
     reasons: Counter[str] = Counter(
-        reason_label(s.step.reason) for s in dead if isinstance(s.step, ToDlq)
+        reason_class(s.step.reason) for s in dead if isinstance(s.step, ToDlq)
     )
     return tally(
         settled,
@@ -250,13 +250,29 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     )
 
 
-def reason_label(reason: str) -> str:
-    """A dead letter's reason as a metric label: its head, with counts made ``N`` so that
-    "the consumer died 4 times ..." and "... 5 times ..." count together (status codes stay)."""
-    head = reason.split(":", maxsplit=1)[0].split(" (", maxsplit=1)[0].strip()
-    if head.startswith(("http ", "grpc ")):
-        return head
-    return re.sub(r"\d+", "N", head)
+# Dead-letter reasons that siding writes itself, by the start of their text, and their class.
+_REASON_CLASSES = (
+    ("the consumer died", "consumer died"),
+    ("message too large", "too large"),
+    ("http 413", "too large"),
+    ("retries exhausted", "retries exhausted"),
+    ("malformed", "malformed"),
+    ("record in a retry lane without", "malformed"),
+    ("record without", "malformed"),
+)
+_STATUS = re.compile(r"(http \d{3}|grpc [A-Z_]+)\b")
+
+
+def reason_class(reason: str) -> str:
+    """A dead letter's reason as a metric label from a bounded set: siding's own reasons by
+    class, a transport status (``http 422``, ``grpc INVALID_ARGUMENT``), and everything else (the
+    consumer's own text, which stays whole in the letter's headers) as ``consumer said dead``."""
+    text = reason.strip()
+    for start, label in _REASON_CLASSES:
+        if text.startswith(start):
+            return label
+    status = _STATUS.match(text)
+    return status.group(1) if status else "consumer said dead"
 
 
 def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:

@@ -1,0 +1,73 @@
+"""The dashboard and the alert rules under deploy/ use only metrics that siding exports (or, for
+group lag, a Kafka exporter's), with the labels siding gives them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from siding.control import QueryHealth
+from siding.control.prometheus import metrics_registry, render
+from siding.dispatch import DispatchStats
+from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.task import TaskResult
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RULES = DEPLOY / "prometheus" / "siding-rules.yml"
+DASHBOARD = DEPLOY / "grafana" / "siding.json"
+EXTERNAL = {"kafka_consumergroup_lag"}  # from a Kafka exporter, documented in the rules file
+PROMQL_WORDS = {"sum", "by", "rate", "increase", "deriv", "and", "histogram_quantile", "le"}
+
+
+def exported() -> dict[str, set[str]]:
+    """Every sample name siding's /metrics can show, with its label names."""
+    sink = MetricsSink()
+    stats = DispatchStats(suspected=1, isolations=1, convicted=1)
+    sink.on_result("r", 0, [TaskResult(records=2, to_dlq=1, stats=stats, dead_reasons={"x": 1})], 1)
+    registry = metrics_registry(sink.snapshot, lambda: [QueryHealth("siding.r.main", True)])
+    names: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(render(registry).decode()):
+        for sample in family.samples:
+            names.setdefault(sample.name, set()).update(sample.labels)
+    return names
+
+
+def metric_names(expr: str) -> set[str]:
+    words = set(re.findall(r"\b[a-z_][a-z0-9_]*\b(?=\s*[{\[)\s]|$)", expr))
+    return {w for w in words if w.startswith(("siding_", "kafka_"))} - PROMQL_WORDS
+
+
+def rule_exprs() -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"^\s+expr:\s*(.+)$", RULES.read_text(), re.M)]
+
+
+def test_the_alert_rules_name_only_exported_metrics() -> None:
+    names = exported()
+    exprs = rule_exprs()
+    assert len(exprs) == len(re.findall(r"^\s+- alert: Siding\w+$", RULES.read_text(), re.M)) >= 5
+    for expr in exprs:
+        for name in metric_names(expr):
+            assert name in names or name in EXTERNAL, f"{name} in {expr!r} is not exported"
+
+
+def test_the_dashboard_names_only_exported_metrics_and_labels() -> None:
+    names = exported()
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in board["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 9
+    for expr in exprs:
+        for name in metric_names(expr):
+            assert name in names, f"{name} in {expr!r} is not exported"
+        for label in re.findall(r"by \(([^)]*)\)", expr):
+            for part in label.split(","):
+                wanted = part.strip()
+                assert any(wanted in labels for labels in names.values()), (wanted, expr)
+
+
+def test_in_flight_is_named_for_what_it_is() -> None:
+    names = exported()
+    assert "siding_in_flight_peak" in names and "siding_in_flight" not in names
+    assert names["siding_query_up"] == {"query"}
