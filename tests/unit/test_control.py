@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -283,3 +288,39 @@ def test_held_records_of_key_mode_are_counted(server: ControlServer, metrics: Me
         for s in family.samples
     }
     assert samples[("siding_records_total", "main", "held")] == 3
+
+
+def test_the_page_is_served_at_the_root_and_its_script_parses(
+    server: ControlServer, tmp_path: Path
+) -> None:
+    code, content_type, body = get(server, "/")
+    assert code == 200 and content_type.startswith("text/html")
+    text = body.decode()
+    assert 'fetch("status"' in text and "http://" not in text.replace(
+        "http://www.w3.org/2000/svg", ""
+    )  # no CDN: everything ships in the package
+    script = text.split("<script>", 1)[1].split("</script>", 1)[0]
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("node is needed to check the page's script")
+        pytest.skip("node not installed")
+    (tmp_path / "page.js").write_text(script)
+    command = [node, "--check", str(tmp_path / "page.js")]
+    checked = subprocess.run(command, check=False, capture_output=True)
+    assert checked.returncode == 0, checked.stderr.decode()
+
+
+def test_the_page_reads_only_fields_the_status_document_has(
+    server: ControlServer, metrics: MetricsSink
+) -> None:
+    metrics.on_result("billing", 0, _batch(), 0.1)
+    _, doc = get_json(server, "/status")
+    route = next(r for r in doc["routes"] if r["name"] == "billing")
+    lane = route["lanes"][0]
+    _, _, body = get(server, "/")
+    script = body.decode().split("<script>", 1)[1]
+    for owner, fields in (("lane", lane), ("route", route), ("status", doc)):
+        used = set(re.findall(rf"\b{owner}\.([a-z_]+)", script))
+        assert used, owner
+        assert used <= set(fields), (owner, used - set(fields))

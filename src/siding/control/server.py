@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -80,6 +81,8 @@ class ControlServer:
     def respond(self, path: str) -> tuple[int, str, bytes]:
         """``(status, content type, body)`` for a GET of ``path``."""
         route = path.split("?", 1)[0].rstrip("/") or "/"
+        if route == "/":
+            return 200, "text/html; charset=utf-8", page()
         if route == "/health":
             code, body = health_document(self._queries())
             return code, "application/json", _json(body)
@@ -89,6 +92,12 @@ class ControlServer:
         if route == "/metrics":
             return 200, CONTENT_TYPE_LATEST, render(self._registry)
         return 404, "application/json", _json({"error": f"no such endpoint: {route}"})
+
+
+def page() -> bytes:
+    """The operator's page: static HTML and script shipped in the package (no build step, no
+    CDN); it polls ``/status``."""
+    return resources.files("siding.control").joinpath("page.html").read_bytes()
 
 
 def _json(body: Any) -> bytes:
