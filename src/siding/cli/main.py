@@ -28,7 +28,9 @@ def _register() -> None:
     from siding.cli.dlq import dlq
 
     cli.add_command(dlq)
-    from siding.cli import demo
+    from siding.cli import ctl, demo
+
+    cli.add_command(ctl.ctl)
 
     cli.add_command(demo.demo)
 

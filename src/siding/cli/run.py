@@ -47,7 +47,11 @@ def run(path: Path) -> None:
         metrics.declare(route.name, 1 + len(route.lanes))
     app = Application(config, sink=metrics.sink)
     address = config.control.address()
-    control = ControlServer(address, metrics, lambda: application_health(app)) if address else None
+    control = None
+    if address:
+        token = config.control.token.get_secret_value() if config.control.token else None
+        health = lambda: application_health(app)  # noqa: E731
+        control = ControlServer(address, metrics, health, controls=app.controls, token=token)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
         app.stop_event.set()

@@ -144,11 +144,14 @@ class SparkConfig(BaseModel):
 
 
 class ControlConfig(BaseModel):
-    """``[control]``: the driver's HTTP API (health, status, metrics)."""
+    """``[control]``: the driver's HTTP API (page, health, status, metrics, runtime control).
+    ``token``: the bearer token that mutating calls (pause, resume, breaker close, changes)
+    must carry; without one they are refused."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     listen: str = "127.0.0.1:9464"
+    token: SecretStr | None = None
 
     @field_validator("listen")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -16,7 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from siding.control.prometheus import metrics_registry, render
 from siding.control.status import QueryHealth, health_document, status_document
 from siding.errors import SidingError
+from siding.pipeline.controls import ControlError, RouteControls
 from siding.pipeline.metrics import MetricsSink
+
+MAX_BODY_BYTES = 64 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +31,19 @@ class ControlServer:
     """``GET /health``, ``/status`` and ``/metrics``; ``start()`` binds (port 0: a free port)."""
 
     def __init__(
-        self, address: tuple[str, int], metrics: MetricsSink, queries: HealthSource
+        self,
+        address: tuple[str, int],
+        metrics: MetricsSink,
+        queries: HealthSource,
+        *,
+        controls: RouteControls | None = None,
+        token: str | None = None,
     ) -> None:
         self._address = address
         self._metrics = metrics
         self._queries = queries
+        self._controls = controls
+        self._token = token
         self._registry = metrics_registry(metrics.snapshot, queries)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -93,6 +105,59 @@ class ControlServer:
             return 200, CONTENT_TYPE_LATEST, render(self._registry)
         return 404, "application/json", _json({"error": f"no such endpoint: {route}"})
 
+    def change(
+        self, method: str, path: str, authorization: str | None, body: bytes
+    ) -> tuple[int, str, bytes]:
+        """``(status, content type, body)`` for a mutating call (POST or PATCH)."""
+        try:
+            refusal = check_token(self._token, authorization)
+            if refusal is not None:
+                return refusal[0], "application/json", _json({"error": refusal[1]})
+            if self._controls is None:
+                raise ControlError(404, "this server controls no routes")
+            values = control_call(self._controls, method, path, body)
+        except ControlError as exc:
+            return exc.status, "application/json", _json({"error": str(exc)})
+        return 200, "application/json", _json(values)
+
+
+def check_token(token: str | None, authorization: str | None) -> tuple[int, str] | None:
+    """Pure: ``None`` when the bearer token is right; else the status and why (401 without a
+    token, 403 with a wrong one, 403 when the config sets none: mutating calls are off)."""
+    if not token:
+        return 403, "mutating calls are off: set [control] token in the config to allow them"
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return 401, "a bearer token is needed (Authorization: Bearer <[control] token>)"
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        return 403, "wrong token"
+    return None
+
+
+def control_call(controls: RouteControls, method: str, path: str, body: bytes) -> dict[str, object]:
+    """Route a mutating call to ``controls``; raises ``ControlError`` for a bad one."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if len(parts) < 2 or parts[0] != "routes":
+        raise ControlError(404, f"no such endpoint: {path}")
+    name, action = parts[1], "/".join(parts[2:])
+    if method == "PATCH" and not action:
+        try:
+            changes = json.loads(body or b"{}")
+        except ValueError as exc:
+            raise ControlError(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(changes, dict):
+            raise ControlError(400, "the body must be a JSON object")
+        return controls.change(name, changes)
+    if method == "POST" and action == "pause":
+        controls.pause(name)
+    elif method == "POST" and action == "resume":
+        controls.resume(name)
+    elif method == "POST" and action == "breaker/close":
+        controls.close_breaker(name)
+    else:
+        raise ControlError(404, f"no such call: {method} {path}")
+    return controls.values(name)
+
 
 def page() -> bytes:
     """The operator's page: static HTML and script shipped in the package (no build step, no
@@ -120,6 +185,26 @@ def _handler(control: ControlServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self._change("POST")
+
+        def do_PATCH(self) -> None:
+            self._change("PATCH")
+
+        def _change(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(min(length, MAX_BODY_BYTES)) if length else b""
+            code, content_type, answer = control.change(
+                method, self.path, self.headers.get("Authorization"), body
+            )
+            if code == HTTPStatus.OK:
+                log.warning("control: %s %s done", method, self.path)
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("control: " + format, *args)

@@ -57,6 +57,11 @@ class Answered:
 
 
 @dataclass(frozen=True, slots=True)
+class ForcedClose:
+    """An operator closed the breaker (the control API): sends may go at once."""
+
+
+@dataclass(frozen=True, slots=True)
 class Tripped:
     """The endpoint is known to be down (the consumer died on a message sent to it alone)."""
 
@@ -73,13 +78,15 @@ class Probed:
     ok: bool
 
 
-BreakerEvent = Answered | Tick | Probed | Tripped
+BreakerEvent = Answered | Tick | Probed | Tripped | ForcedClose
 
 
 def transition(
     status: BreakerStatus, event: BreakerEvent, now: float, settings: BreakerSettings
 ) -> BreakerStatus:
     """The breaker's state machine as a pure function (see ``CircuitBreaker``)."""
+    if isinstance(event, ForcedClose):
+        return BreakerStatus()
     if status.state is BreakerState.CLOSED:
         if isinstance(event, Tripped):
             return _open(settings.open_for_s, now)
@@ -169,6 +176,10 @@ class CircuitBreaker:
     def record(self, kind: OutcomeKind) -> None:
         """Feed one send's outcome."""
         self._apply(Answered(kind))
+
+    def close(self) -> None:
+        """Close now, whatever the state: an operator says the endpoint is back."""
+        self._apply(ForcedClose())
 
     def trip(self) -> None:
         """Open now (when CLOSED): the endpoint is known to be down."""

@@ -26,6 +26,7 @@ from siding.kafka.tail import TopicTail
 from siding.model import Ordering
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
+from siding.pipeline.controls import RouteControls
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.session import build_session, effective_master, task_slots
@@ -65,6 +66,10 @@ class Application:
     _producers: list[DurableProducer] = field(default_factory=list)
     _tails: list[TopicTail] = field(default_factory=list)
     _present: set[str] = field(default_factory=set)
+    controls: RouteControls = field(default_factory=RouteControls)
+
+    def __post_init__(self) -> None:
+        self.controls = RouteControls({route.name: route for route in self.config.route})
 
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
@@ -105,6 +110,7 @@ class Application:
                     stop=self.stop_event,
                     sink=self.sink,
                     parallelism=self.spark.sparkContext.defaultParallelism,
+                    controls=self.controls,
                 )
                 checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
                     route.name, lane
@@ -149,6 +155,7 @@ class Application:
             stop=self.stop_event,
             sink=self.sink,
             parallelism=self.spark.sparkContext.defaultParallelism,
+            controls=self.controls,
         )
         topic = naming.park_topic(route.name)
         checkpoint = Path(self.config.spark.checkpoint_dir) / naming.checkpoint_subdir(

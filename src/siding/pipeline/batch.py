@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
+from siding.pipeline.controls import RouteControls
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.plan import build_plan
 from siding.pipeline.rows import SELECT_EXPR
@@ -62,8 +63,11 @@ class LaneBatchHandler:
     sink: BatchSink = field(default_factory=BatchSink)
     attempts: int = 3
     parallelism: int = 4
+    controls: RouteControls = field(default_factory=RouteControls)
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        # Paused: the batch has not started, so Spark commits nothing for it until resume.
+        self.controls.wait_while_paused(self.route.name, self.stop)
         started = time.monotonic()
         rows = frame.selectExpr(*SELECT_EXPR)
         if self.lane > 0:
@@ -101,7 +105,12 @@ class LaneBatchHandler:
     def _run(self, rows: DataFrame) -> list[TaskResult]:
         rdd = rows.rdd
         plan = build_plan(
-            self.route, self.lane, self.client_conf, rdd.getNumPartitions(), self.parking.snapshot()
+            self.controls.effective(self.route),
+            self.lane,
+            self.client_conf,
+            rdd.getNumPartitions(),
+            self.parking.snapshot(),
+            breaker_epoch=self.controls.breaker_epoch(self.route.name),
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results

@@ -16,6 +16,7 @@ from siding import naming
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError
 from siding.pipeline.batch import BatchSink, log, run_with_retries
+from siding.pipeline.controls import RouteControls
 from siding.pipeline.park_task import settle_partition
 from siding.pipeline.plan import build_plan
 from siding.pipeline.rows import SELECT_EXPR
@@ -50,9 +51,11 @@ class ParkBatchHandler:
     sink: BatchSink = field(default_factory=BatchSink)
     attempts: int = 3
     parallelism: int = 4
+    controls: RouteControls = field(default_factory=RouteControls)
     _used: tuple[str, ...] = ()
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        self.controls.wait_while_paused(self.route.name, self.stop)
         started = time.monotonic()
         # Spark runs a batch only after the one before was committed: its used settlements
         # can go now (a replay of that batch would still have needed them).
@@ -64,12 +67,13 @@ class ParkBatchHandler:
         rows = frame.selectExpr(*SELECT_EXPR)
         rdd = rows.rdd
         plan = build_plan(
-            self.route,
+            self.controls.effective(self.route),
             naming.PARK_LANE,
             self.client_conf,
             max(rdd.getNumPartitions(), 1),
             {},
             settlements=self.settlements.of(tokens),
+            breaker_epoch=self.controls.breaker_epoch(self.route.name),
         )
         where = f"route {self.route.name} park lane batch {batch_id}"
 

@@ -36,6 +36,8 @@ class TaskPlan:
     tasks: int = 1
     # The park lane only: what the calls behind this batch's parked records answered.
     settlements: Mapping[str, Settlement] = field(default_factory=dict)
+    # Grows each time an operator closes the route's breakers (siding.pipeline.controls).
+    breaker_epoch: int = 0
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -94,6 +96,7 @@ def build_plan(
     parked: Mapping[OrderKey, tuple[ParkedRecord, ...]],
     *,
     settlements: Mapping[str, Settlement] | None = None,
+    breaker_epoch: int = 0,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -111,4 +114,5 @@ def build_plan(
         parked=parked if route.ordering is Ordering.KEY else {},
         tasks=max(1, tasks),
         settlements=dict(settlements or {}),
+        breaker_epoch=breaker_epoch,
     )

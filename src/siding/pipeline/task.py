@@ -299,7 +299,7 @@ def deliver(
     endpoint = endpoints[partition_id % len(endpoints)]
     # The pool is sized for the whole route: the transport outlives this batch's task count.
     transport, breaker, timer = rt.endpoint(
-        plan.route, endpoint, settings.breaker, plan.route.max_in_flight
+        plan.route, endpoint, settings.breaker, plan.route.max_in_flight, plan.breaker_epoch
     )
     key = (plan.route.name, endpoint.url)
     running = rt.parked.count(key)

@@ -28,6 +28,7 @@ class _Endpoint:
     transport: Transport
     breaker: CircuitBreaker
     timer: ParkTimer
+    breaker_epoch: int = 0  # the operator's last "close the breaker" seen (pipeline.controls)
 
 
 def _start_loop() -> asyncio.AbstractEventLoop:
@@ -53,14 +54,24 @@ class WorkerRuntime:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def endpoint(
-        self, route: RouteConfig, endpoint: Endpoint, breaker: BreakerSettings, connections: int
+        self,
+        route: RouteConfig,
+        endpoint: Endpoint,
+        breaker: BreakerSettings,
+        connections: int,
+        breaker_epoch: int = 0,
     ) -> tuple[Transport, CircuitBreaker, ParkTimer]:
         key = (route.name, endpoint.url)
         entry = self.endpoints.get(key)
         if entry is None:
             transport = make_transport(route, endpoint, connections)
             entry = _Endpoint(transport, CircuitBreaker(breaker, transport.probe), ParkTimer())
+            entry.breaker_epoch = breaker_epoch
             self.endpoints[key] = entry
+        if breaker_epoch > entry.breaker_epoch:
+            # An operator closed the route's breakers: on the loop, where the breaker lives.
+            entry.breaker_epoch = breaker_epoch
+            self.loop.call_soon_threadsafe(entry.breaker.close)
         return entry.transport, entry.breaker, entry.timer
 
     def producer(self, client_conf: Mapping[str, object], use: str = "records") -> DurableProducer:

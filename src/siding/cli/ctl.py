@@ -1,0 +1,98 @@
+"""``siding ctl``: drive a running siding through its control API (docs/operations.md)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import click
+
+from siding.config import load_config
+
+TOKEN_ENV = "SIDING_CONTROL_TOKEN"
+
+
+@click.group()
+@click.option("-c", "--config", "path", type=click.Path(dir_okay=False), help="siding.toml")
+@click.option("--url", help="The control API, e.g. http://127.0.0.1:9464 (default: the config's).")
+@click.option(
+    "--token", envvar=TOKEN_ENV, help=f"Bearer token (env {TOKEN_ENV}; default: the config's)."
+)
+@click.pass_context
+def ctl(ctx: click.Context, path: str | None, url: str | None, token: str | None) -> None:
+    """Pause, resume, close a breaker or change limits on a running siding."""
+    if path is not None:
+        config = load_config(path)
+        if url is None:
+            address = config.control.address()
+            if address is None:
+                raise click.UsageError("the config turns the control API off ([control] listen)")
+            host, port = address
+            url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}"
+        if token is None and config.control.token is not None:
+            token = config.control.token.get_secret_value()
+    if url is None:
+        raise click.UsageError("give -c FILE or --url")
+    ctx.obj = (url.rstrip("/"), token)
+
+
+def _call(ctx: click.Context, method: str, path: str, body: dict[str, Any] | None = None) -> None:
+    url, token = ctx.obj
+    data = json.dumps(body).encode() if body is not None else b""
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            click.echo(response.read().decode().strip())
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode(errors="replace").strip()
+        raise click.ClickException(f"{method} {path}: HTTP {exc.code}: {text}") from None
+    except urllib.error.URLError as exc:
+        raise click.ClickException(f"cannot reach {url}: {exc.reason}") from None
+
+
+@ctl.command()
+@click.argument("route")
+@click.pass_context
+def pause(ctx: click.Context, route: str) -> None:
+    """Stop taking new records; the batch running now finishes and commits."""
+    _call(ctx, "POST", f"/routes/{route}/pause")
+
+
+@ctl.command()
+@click.argument("route")
+@click.pass_context
+def resume(ctx: click.Context, route: str) -> None:
+    """Take records again."""
+    _call(ctx, "POST", f"/routes/{route}/resume")
+
+
+@ctl.command("breaker-close")
+@click.argument("route")
+@click.pass_context
+def breaker_close(ctx: click.Context, route: str) -> None:
+    """Close the route's circuit breakers (from each worker's next task)."""
+    _call(ctx, "POST", f"/routes/{route}/breaker/close")
+
+
+@ctl.command("set")
+@click.argument("route")
+@click.option("--max-in-flight", type=int, help="From the adaptive floor up to the configured.")
+@click.option("--rate-limit", type=float, help="Sends per second, within the configured limit.")
+@click.pass_context
+def set_limits(
+    ctx: click.Context, route: str, max_in_flight: int | None, rate_limit: float | None
+) -> None:
+    """Change max_in_flight and/or rate_limit from the next batch (not kept across restarts)."""
+    changes: dict[str, Any] = {}
+    if max_in_flight is not None:
+        changes["max_in_flight"] = max_in_flight
+    if rate_limit is not None:
+        changes["rate_limit"] = rate_limit
+    if not changes:
+        raise click.UsageError("give --max-in-flight and/or --rate-limit")
+    _call(ctx, "PATCH", f"/routes/{route}", changes)
