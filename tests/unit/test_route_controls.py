@@ -106,7 +106,9 @@ def test_token_rules(configured: str | None, given: str | None, status: int | No
 @pytest.fixture
 def server() -> Iterator[tuple[ControlServer, RouteControls]]:
     c = controls()
-    with ControlServer(("127.0.0.1", 0), MetricsSink(), list, controls=c, token=TOKEN) as s:
+    metrics = MetricsSink()
+    metrics.declare("billing", 1)
+    with ControlServer(("127.0.0.1", 0), metrics, list, controls=c, token=TOKEN) as s:
         yield s, c
 
 
@@ -138,6 +140,22 @@ def test_mutating_calls_over_http(server: tuple[ControlServer, RouteControls]) -
     assert code == 200 and body["max_in_flight"] == 100
     assert call(base, "PATCH", TOKEN, {"max_in_flight": 10_000})[0] == 400
     assert call(f"{s.url}/routes/nope/pause", "POST", TOKEN)[0] == 404
+
+
+def test_status_shows_each_routes_control_values(
+    server: tuple[ControlServer, RouteControls],
+) -> None:
+    s, c = server
+    c.pause("billing")
+    with urllib.request.urlopen(f"{s.url}/status", timeout=5) as response:
+        doc = json.loads(response.read())
+    (route,) = doc["routes"]
+    assert route["control"] == {
+        "paused": True,
+        "max_in_flight": 500,
+        "rate_limit": 200.0,
+        "breaker_epoch": 0,
+    }
 
 
 def test_without_a_configured_token_mutating_calls_are_off() -> None:

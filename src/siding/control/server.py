@@ -100,6 +100,9 @@ class ControlServer:
             return code, "application/json", _json(body)
         if route == "/status":
             document = status_document(self._metrics.snapshot(), self._queries())
+            if self._controls is not None:
+                for route in document["routes"]:
+                    route["control"] = self._controls.values(route["name"])
             return 200, "application/json", _json(document)
         if route == "/metrics":
             return 200, CONTENT_TYPE_LATEST, render(self._registry)

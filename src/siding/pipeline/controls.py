@@ -93,8 +93,10 @@ class RouteControls:
             return self._values(state)
 
     def values(self, name: str) -> dict[str, object]:
+        """The route's control values now; empty for a route this does not control."""
         with self._lock:
-            return self._values(self._state(name))
+            state = self._states.get(name)
+            return self._values(state) if state is not None else {}
 
     def _values(self, state: _State) -> dict[str, object]:
         route = self.effective(state.route)
