@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from siding.cli.ctl import ctl
+from siding.cli.top import top
 from siding.config import parse_config
 from siding.control import ControlServer
 from siding.control.server import check_token
@@ -175,3 +176,15 @@ def test_siding_ctl_drives_the_same_calls(server: tuple[ControlServer, RouteCont
     refused = runner.invoke(ctl, ["--url", s.url, "--token", "wrong", "resume", "billing"])
     assert refused.exit_code != 0 and "403" in refused.output
     assert c.paused("billing")
+
+
+def test_siding_top_shows_a_running_siding_through_its_control_api(
+    server: tuple[ControlServer, RouteControls],
+) -> None:
+    s, c = server
+    c.pause("billing")
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(top, ["--url", s.url, "--once"])
+    assert result.exit_code == 0, result.output
+    assert "billing (paused)" in result.output and "main" in result.output
+    unreachable = CliRunner().invoke(top, ["--url", "http://127.0.0.1:9", "--once"])
+    assert unreachable.exit_code != 0 and "cannot read" in unreachable.output

@@ -28,9 +28,10 @@ def _register() -> None:
     from siding.cli.dlq import dlq
 
     cli.add_command(dlq)
-    from siding.cli import ctl, demo
+    from siding.cli import ctl, demo, top
 
     cli.add_command(ctl.ctl)
+    cli.add_command(top.top)
 
     cli.add_command(demo.demo)
 
