@@ -7,7 +7,7 @@ STAMPS := .stamps
 
 .PHONY: setup jars demo test test-unit test-integration lint proto bench clean
 
-setup: $(STAMPS)/venv $(STAMPS)/jars
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools
 
 $(STAMPS)/venv: requirements/lock.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -21,6 +21,16 @@ $(STAMPS)/jars: $(STAMPS)/venv jvm/kafka/pom.xml jvm/spark/pom.xml src/siding/jv
 	@mkdir -p $(STAMPS) && touch $@
 
 jars: $(STAMPS)/jars
+
+# Test tools from Debian: promtool checks the alert rules, headless Chromium renders the page.
+# Where apt is not available the tests that need them skip, except under CI=true.
+$(STAMPS)/tools:
+	@if command -v promtool >/dev/null && command -v chromium >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends prometheus chromium >/dev/null; \
+	else echo "note: install promtool (prometheus) and chromium for the full test suite"; fi
+	@mkdir -p $(STAMPS) && touch $@
 
 demo: setup
 	$(VENV)/bin/siding demo

@@ -326,3 +326,36 @@ def test_the_page_reads_only_fields_the_status_document_has(
             used.discard("control")
         assert used, owner
         assert used <= set(fields), (owner, used - set(fields))
+
+
+def test_the_page_rendered_by_headless_chromium_shows_the_status_numbers(
+    server: ControlServer, metrics: MetricsSink, tmp_path: Path
+) -> None:
+    # Given a route with a batch behind it
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is needed (make setup installs it with apt)")
+        pytest.skip("chromium not installed")
+    metrics.on_result("billing", 0, _batch(), 0.1)
+    _, doc = get_json(server, "/status")
+    lane = next(r for r in doc["routes"] if r["name"] == "billing")["lanes"][0]
+    # When a browser opens the page and its script has run
+    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000"]
+    dom = subprocess.run(
+        [*base, "--dump-dom", f"{server.url}/"], check=False, capture_output=True, timeout=120
+    ).stdout.decode()
+    # Then it shows the same numbers as /status
+    cells = re.findall(r"<td>([^<]*)</td>", dom)
+    assert ("billing" in dom and "healthy" in dom) or "unhealthy" in dom
+    for value in (lane["records"], lane["acked"], lane["to_lane"], lane["to_dlq"]):
+        assert f"{value:,}" in cells, (value, cells[:40])
+    shots = Path(os.environ.get("SIDING_SCREENSHOTS") or tmp_path)
+    shot = shots / "console.png"
+    subprocess.run(
+        [*base, "--window-size=1280,720", f"--screenshot={shot}", f"{server.url}/"],
+        check=False,
+        capture_output=True,
+        timeout=120,
+    )
+    assert shot.stat().st_size > 10_000

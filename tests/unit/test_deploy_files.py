@@ -4,9 +4,13 @@ group lag, a Kafka exporter's), with the labels siding gives them."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from siding.control import QueryHealth
@@ -71,3 +75,21 @@ def test_in_flight_is_named_for_what_it_is() -> None:
     names = exported()
     assert "siding_in_flight_peak" in names and "siding_in_flight" not in names
     assert names["siding_query_up"] == {"query"}
+
+
+def tool(name: str) -> str:
+    """The path of a tool from Debian's packages (``make setup`` installs it where it can)."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is needed (make setup installs it with apt)")
+        pytest.skip(f"{name} not installed")
+    return path
+
+
+def test_the_alert_rules_pass_promtool() -> None:
+    done = subprocess.run(
+        [tool("promtool"), "check", "rules", str(RULES)], check=False, capture_output=True
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert b"SUCCESS: 6 rules found" in done.stdout

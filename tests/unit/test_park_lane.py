@@ -6,11 +6,13 @@ import pytest
 
 from siding import naming
 from siding.config import parse_config
+from siding.dispatch import Settled, Work
 from siding.model import Delivery, Outcome, OutcomeKind, delivery_id
 from siding.pipeline.park_task import sort_parked
 from siding.pipeline.plan import TaskPlan, build_plan
 from siding.pipeline.rows import Incoming, incoming
 from siding.pipeline.settlements import STALE_AFTER_MS, SettlementStore
+from siding.pipeline.task import dead_reasons
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing import settlement, story
 from siding.routing.producer import OutRecord
@@ -145,3 +147,13 @@ def test_a_handed_over_suspect_carries_its_deaths_through_the_park_topic() -> No
     assert (item.park_token, item.deaths, item.delivery.id) == ("t9", 2, delivery.id)
     told = story.decode(record.headers)
     assert told is not None and "suspect" in told.reason
+
+
+def test_dead_letters_are_counted_by_reason_class() -> None:
+    # The main lane and the park lane count their dead letters this way (the park lane did not)
+    settled = [
+        Settled(Work(parked(1, "a").delivery), ToDlq("record without siding headers")),
+        Settled(Work(parked(2, "b").delivery), ToDlq("customer has no account")),
+        Settled(Work(parked(3, "c").delivery), Done()),
+    ]
+    assert dead_reasons(settled) == {"malformed": 1, "consumer said dead": 1}

@@ -20,7 +20,7 @@ from typing import Any
 from siding.dispatch import Settled, Work
 from siding.pipeline.plan import TaskPlan, dispatch_settings, share_among_tasks
 from siding.pipeline.rows import Incoming, incoming
-from siding.pipeline.task import TaskResult, deliver, route_out, tally
+from siding.pipeline.task import TaskResult, dead_reasons, deliver, route_out, tally
 from siding.pipeline.worker import runtime
 from siding.policy import Done, ToDlq, ToLane, next_step
 from siding.routing.producer import OutRecord
@@ -93,7 +93,7 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     if out:
         runtime().producer(plan.client_conf).write(out)
     used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
-    return tally(settled, stats=stats, used_tokens=used)
+    return tally(settled, stats=stats, used_tokens=used, dead_reasons=dead_reasons(settled))
 
 
 def settle_partition(plan: TaskPlan) -> Any:

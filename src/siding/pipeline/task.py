@@ -238,15 +238,12 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
             file=sys.stderr,
             flush=True,
         )
-    reasons: Counter[str] = Counter(
-        reason_class(s.step.reason) for s in dead if isinstance(s.step, ToDlq)
-    )
     return tally(
         settled,
         parked=len(report.parked_items),
         stats=report.stats,
         park_events=park_events(plan, settled),
-        dead_reasons=dict(reasons),
+        dead_reasons=dead_reasons(dead),
     )
 
 
@@ -273,6 +270,11 @@ def reason_class(reason: str) -> str:
             return label
     status = _STATUS.match(text)
     return status.group(1) if status else "consumer said dead"
+
+
+def dead_reasons(settled: Sequence[Settled]) -> dict[str, int]:
+    """Dead letters counted by ``reason_class``."""
+    return dict(Counter(reason_class(s.step.reason) for s in settled if isinstance(s.step, ToDlq)))
 
 
 def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
