@@ -33,11 +33,7 @@ _FATAL_MARKERS = ("DlqFloodError", "EndpointGoneError")
 
 # try_*: a lane record without (or with a garbled) not-before header must not fail the batch;
 # it is dead-lettered with a reason by the task instead.
-NOT_BEFORE_EXPR = (
-    "max(try_cast(decode(try_element_at(filter(headers, h -> h.key = '"
-    + story.NOT_BEFORE
-    + "'), 1).value, 'UTF-8') as long)) AS nb"
-)
+NOT_BEFORE_EXPR = f"max(try_cast({story.sql_field(story.NOT_BEFORE)} as long)) AS nb"
 
 
 class BatchFailed(SidingError):

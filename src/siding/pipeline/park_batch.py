@@ -31,13 +31,9 @@ ANSWER_WAIT_S = 1.0
 POLL_S = 0.05
 
 
-def _header(name: str) -> str:
-    return f"decode(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value, 'UTF-8')"
-
-
 TOKEN_EXPRS = (
-    f"{_header(story.PARK_TOKEN)} AS token",
-    f"try_cast({_header(story.NOT_BEFORE)} as long) AS nb",
+    f"{story.sql_field(story.PARK_TOKEN)} AS token",
+    f"try_cast({story.sql_field(story.NOT_BEFORE)} as long) AS nb",
 )
 
 
