@@ -14,9 +14,21 @@ from siding.config import load_config
 
 
 @click.command("check-config")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-def check_config(path: Path) -> None:
-    """Validate a siding.toml without starting anything; print it with secrets redacted."""
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-c",
+    "--config",
+    "option",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The file to check, as `siding run -c` takes it (or give it as the argument).",
+)
+def check_config(file: Path | None, option: Path | None) -> None:
+    """Validate a siding.toml (default: ./siding.toml) without starting anything; print it
+    with secrets redacted."""
+    if file is not None and option is not None and file != option:
+        raise click.UsageError(f"two files given: {file} and -c {option}; check one at a time")
+    path = file or option or Path("siding.toml")
     config = load_config(path)
     click.echo(json.dumps(config.redacted_dict(), indent=2, default=str))
     click.echo(f"ok: {len(config.route)} route(s)", err=True)
