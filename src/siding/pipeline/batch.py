@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
+from siding.pipeline.batchlog import log_batch
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.plan import build_plan
 from siding.pipeline.rows import SELECT_EXPR
@@ -46,6 +47,11 @@ class BatchSink:
 
     on_result: Callable[[str, int, list[TaskResult], float], None] = lambda *_: None
 
+    def report(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
+        """Log the batch (summary, breaker transitions), then hand it to ``on_result``."""
+        log_batch(route, lane, results, seconds)
+        self.on_result(route, lane, results, seconds)
+
 
 @dataclass
 class LaneBatchHandler:
@@ -75,7 +81,7 @@ class LaneBatchHandler:
             state = self.parking.apply(events)
             if state:
                 self._write_state(state, batch_id)
-        self.sink.on_result(self.route.name, self.lane, results, time.monotonic() - started)
+        self.sink.report(self.route.name, self.lane, results, time.monotonic() - started)
 
     def _write_state(self, state: list[OutRecord], batch_id: int) -> None:
         for attempt in range(1, self.attempts + 1):

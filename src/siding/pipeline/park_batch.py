@@ -75,7 +75,7 @@ class ParkBatchHandler:
 
         results = run_with_retries(run, where, self.stop, self.attempts)
         self._used = tuple(t for r in results for t in r.used_tokens)
-        self.sink.on_result(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
+        self.sink.report(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
 
     def _wait_for_answers(self, due: Mapping[str, int]) -> None:
         """Until every call answered, one is due without an answer, or ANSWER_WAIT_S passed."""
