@@ -26,7 +26,7 @@ from siding.routing import story
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# A not-before far in the future: were it taken for the story's, lane 1 would never release.
+# A not-before far in the future: taken for the story's, lane 1 would put the record back forever.
 PRODUCED = (
     ("siding.lane", b"7"),
     ("siding.id", b"mine"),
