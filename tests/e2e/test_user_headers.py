@@ -20,6 +20,7 @@ from siding.consumer import ConsumerServer, Reply, ack, dead, retry
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun
 from siding.devkit.wait import wait_until
+from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.model import Delivery
 from siding.routing import story
 
@@ -59,6 +60,7 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        self.loop.close()
 
 
 def _text(headers: Any) -> tuple[tuple[str, str], ...]:
@@ -126,6 +128,7 @@ def test_a_producers_siding_headers_reach_the_consumer_unchanged_in_every_lane(
     # Given three records carrying the producer's own siding.* headers: one acked, one retried
     # once, one dead
     topic = topic_name(f"uh-{transport}")
+    ensure_topics(admin_client({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic)])
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
     for key in KEYS:
         producer.produce(topic, key=key, value=b"v", headers=list(PRODUCED))
@@ -171,7 +174,9 @@ def test_a_producers_siding_headers_reach_the_consumer_unchanged_in_every_lane(
     told = letters[0].story
     assert told is not None
     assert (told.origin.topic, told.origin.offset, told.lane) == (topic, 2, 0)
-    assert told.reason == ("dead on purpose" if transport == "grpc" else "http 422")
+    assert told.reason == (
+        "dead on purpose" if transport == "grpc" else "http 422: dead on purpose"
+    )
     assert story.user_headers(letters[0].headers) == PRODUCED
     lane_records = run.read_lane_topic(naming.lane_topic(run.route.name, 1))
     assert [r.story.origin.offset for r in lane_records if r.story] == [1]
