@@ -9,10 +9,10 @@ STAMPS := .stamps
 
 setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools
 
-$(STAMPS)/venv: requirements/lock.txt pyproject.toml
+$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/lock.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@mkdir -p $(STAMPS) && touch $@
 

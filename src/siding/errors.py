@@ -52,3 +52,7 @@ class DlqFloodError(SidingError):
 
 class DlqError(SidingError):
     """A DLQ tool cannot proceed (missing topic, bad filter, refused purge)."""
+
+
+class CheckpointError(SidingError):
+    """A route's checkpoint belongs to another cluster, topic or route; it must not be used."""

@@ -64,6 +64,31 @@ def jars_to_keep(candidates: list[str], already_shipped: list[str]) -> list[str]
     return sorted(name for name in candidates if artifact_name(name) not in shipped)
 
 
+# Jars older than these have known vulnerabilities: kafka-clients < 3.9.1 has CVE-2025-27817
+# (SASL/OAUTHBEARER endpoint URLs can read files and URLs) and CVE-2025-27818 (JndiLoginModule).
+JAR_FLOORS: dict[str, tuple[tuple[int, ...], str]] = {
+    "kafka-clients": ((3, 9, 1), "CVE-2025-27817, CVE-2025-27818"),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``3.9.2`` -> (3, 9, 2); ``4.0.0-rc1`` -> (4, 0, 0): the numeric release part."""
+    head = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in head.group(0).split(".")) if head else ()
+
+
+def below_floor(jar_files: list[str]) -> list[str]:
+    """Pure: why each of ``jar_files`` older than its floor in ``JAR_FLOORS`` must not be used."""
+    problems = []
+    for name in jar_files:
+        match = _VERSIONED_JAR.match(name)
+        floor = JAR_FLOORS.get(match.group("artifact")) if match else None
+        if match and floor and _release(match.group("version")) < floor[0]:
+            needed = ".".join(str(part) for part in floor[0])
+            problems.append(f"{name} is older than {needed} ({floor[1]})")
+    return problems
+
+
 def pyspark_jars_dir() -> Path:
     import pyspark
 
@@ -92,6 +117,8 @@ def spark_jars() -> list[str]:
     expected = f"{CONNECTOR_ARTIFACT}-{pyspark_version()}.jar"
     if not any(jar.name == expected for jar in jars):
         raise SetupError(f"{expected} missing in {folder}: run `make setup`")
+    if problems := below_floor([jar.name for jar in jars]):
+        raise SetupError(f"{'; '.join(problems)} in {folder}: run `make setup`")
     return [str(jar) for jar in jars]
 
 

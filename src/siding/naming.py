@@ -66,9 +66,14 @@ def state_topic(route_name: str, kind: str) -> str:
     return _topic(route_name, f"state-{kind}")
 
 
+def route_checkpoint_subdir(route_name: str) -> str:
+    """The folder of a route's checkpoints (one per query inside), relative."""
+    return _checked(route_name)
+
+
 def checkpoint_subdir(route_name: str, lane: int) -> str:
     """The checkpoint folder of one streaming query (one per route and lane), relative."""
-    return f"{_checked(route_name)}/{lane_label(lane)}"
+    return f"{route_checkpoint_subdir(route_name)}/{lane_label(lane)}"
 
 
 def query_name(route_name: str, lane: int) -> str:

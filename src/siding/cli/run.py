@@ -10,13 +10,28 @@ from types import FrameType
 
 import click
 
+from siding.cli import logs
 from siding.config import load_config
+
+log = logging.getLogger("siding.run")
 
 
 @click.command("check-config")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-def check_config(path: Path) -> None:
-    """Validate a siding.toml without starting anything; print it with secrets redacted."""
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-c",
+    "--config",
+    "option",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The file to check, as `siding run -c` takes it (or give it as the argument).",
+)
+def check_config(file: Path | None, option: Path | None) -> None:
+    """Validate a siding.toml (default: ./siding.toml) without starting anything; print it
+    with secrets redacted."""
+    if file is not None and option is not None and file != option:
+        raise click.UsageError(f"two files given: {file} and -c {option}; check one at a time")
+    path = file or option or Path("siding.toml")
     config = load_config(path)
     click.echo(json.dumps(config.redacted_dict(), indent=2, default=str))
     click.echo(f"ok: {len(config.route)} route(s)", err=True)
@@ -31,16 +46,27 @@ def check_config(path: Path) -> None:
     default="siding.toml",
     show_default=True,
 )
-def run(path: Path) -> None:
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="info logs each batch's summary and every breaker transition.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS, case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line, with the batch and breaker fields.",
+)
+def run(path: Path, log_level: str, log_format: str) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM."""
     from siding.control import ControlServer, application_health
     from siding.pipeline.app import Application
     from siding.pipeline.metrics import MetricsSink
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logs.configure(log_level.lower(), log_format.lower())
     config = load_config(path)
     metrics = MetricsSink()
     for route in config.route:
@@ -61,12 +87,12 @@ def run(path: Path) -> None:
     try:
         if control is not None:
             control.start()
-            click.echo(f"siding: control API on {control.url} (/health /status /metrics)", err=True)
+            log.info("siding: control API on %s (/health /status /metrics)", control.url)
         app.start()
-        click.echo(f"siding: running {len(config.route)} route(s); Ctrl-C to stop", err=True)
+        log.info("siding: running %d route(s); Ctrl-C to stop", len(config.route))
         app.run()
     finally:
         app.stop()
         if control is not None:
             control.stop()
-    click.echo("siding: stopped cleanly", err=True)
+    log.info("siding: stopped cleanly")

@@ -109,10 +109,7 @@ def _bounded(
     )
 
 
-def _header(name: str) -> str:
-    """The last header called ``name`` as text (``story.decode`` also lets the last one win)."""
-    return f"cast(try_element_at(filter(headers, h -> h.key = '{name}'), -1).value as string)"
-
+_header = story.sql_field
 
 LETTER_COLUMNS = (
     "partition AS dlq_partition",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from siding.dlq.export import CountRow, check_target, write_counts
 from siding.dlq.filters import LetterFilter
 from siding.dlq.read import DlqScope, select_letters
-from siding.errors import DlqError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,8 +44,8 @@ def compute_stats(
 ) -> DlqStats:
     """The counts of the matching visible letters; with ``out``, also the full table of counts
     per (reason, hour, key) as a Parquet or CSV file."""
-    if out is not None and out.suffix not in (".parquet", ".csv"):
-        raise DlqError(f"--out {out}: give a .parquet or .csv file")
+    if out is not None:
+        check_target(out)
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -83,19 +83,17 @@ def compute_stats(
 
 
 def _write(slim: DataFrame, out: Path) -> None:
-    """One file (not Spark's folder of parts): the table is small enough for the driver."""
+    """One file (not Spark's folder of parts), written on the driver: the table is small."""
     from pyspark.sql import functions as F
 
-    table: Any = (
-        slim.selectExpr("reason", "timestamp_millis(hour_ms) AS hour", f"{KEY_TEXT} AS key")
-        .groupBy("reason", "hour", "key")
+    table = (
+        slim.selectExpr("reason", "hour_ms", f"{KEY_TEXT} AS key")
+        .groupBy("reason", "hour_ms", "key")
         .agg(F.count("*").alias("count"))
-        .orderBy(F.desc("count"), "reason", "hour", "key")
-        .toPandas()
+        .orderBy(F.desc("count"), "reason", "hour_ms", "key")
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".parquet":
-        # Milliseconds, not pandas' nanoseconds: Spark and most readers cannot read INT64 nanos.
-        table.to_parquet(out, index=False, coerce_timestamps="ms", allow_truncated_timestamps=True)
-    else:
-        table.to_csv(out, index=False)
+    rows = [
+        CountRow(str(r["reason"]), int(r["hour_ms"]), r["key"], int(r["count"]))
+        for r in table.collect()
+    ]
+    write_counts(rows, out)

@@ -76,6 +76,11 @@ def existing_topics(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, in
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
+def cluster_id(admin: AdminClient, timeout_s: float = 10.0) -> str:
+    """The Kafka cluster's id ("" when the broker does not say)."""
+    return str(admin.list_topics(timeout=timeout_s).cluster_id or "")
+
+
 def topic_config(admin: AdminClient, topic: str, key: str, timeout_s: float = 10.0) -> str | None:
     """One config value of ``topic`` as the broker reports it (``None`` when it has none)."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, unstubbed

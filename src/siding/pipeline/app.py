@@ -16,6 +16,7 @@ from siding.errors import SidingError
 from siding.kafka.admin import (
     TopicSpec,
     admin_client,
+    cluster_id,
     committed_offsets,
     ensure_topics,
     existing_topics,
@@ -24,6 +25,7 @@ from siding.kafka.admin import (
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
 from siding.model import Ordering
+from siding.pipeline import owner
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
@@ -77,7 +79,10 @@ class Application:
         config = self.config
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
+        to_claim = self._check_owners(admin)
         partitions_of = {route.name: self._prepare_topics(admin, route) for route in config.route}
+        for route_dir, current in to_claim:
+            owner.claim(route_dir, current)
         if self.spark is None:
             slots = sum(task_slots(r, partitions_of[r.name]) for r in config.route)
             self.spark = build_session(
@@ -168,6 +173,22 @@ class Application:
         self._start_query(
             route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
         )
+
+    def _check_owners(self, admin: Any) -> list[tuple[Path, owner.Owner]]:
+        """Refuse any route whose checkpoint belongs to another cluster, topic or route (before
+        Spark sees it); the owners still to be recorded once the route's topics are ready."""
+        base = owner.local_dir(self.config.spark.checkpoint_dir)
+        if base is None:
+            log.info("checkpoint owners are not checked on %s", self.config.spark.checkpoint_dir)
+            return []
+        cluster = cluster_id(admin)
+        to_claim = []
+        for route in self.config.route:
+            route_dir = base / naming.route_checkpoint_subdir(route.name)
+            current = owner.Owner(route.name, route.topic, cluster)
+            if owner.check(route_dir, current, naming.lane_label(0)).write:
+                to_claim.append((route_dir, current))
+        return to_claim
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
+from siding.pipeline.batchlog import log_batch
 from siding.pipeline.controls import RouteControls
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.plan import build_plan
@@ -34,11 +35,7 @@ _FATAL_MARKERS = ("DlqFloodError", "EndpointGoneError")
 
 # try_*: a lane record without (or with a garbled) not-before header must not fail the batch;
 # it is dead-lettered with a reason by the task instead.
-NOT_BEFORE_EXPR = (
-    "max(try_cast(decode(try_element_at(filter(headers, h -> h.key = '"
-    + story.NOT_BEFORE
-    + "'), 1).value, 'UTF-8') as long)) AS nb"
-)
+NOT_BEFORE_EXPR = f"max(try_cast({story.sql_field(story.NOT_BEFORE)} as long)) AS nb"
 
 
 class BatchFailed(SidingError):
@@ -50,6 +47,11 @@ class BatchSink:
     """Where batch results go on the driver (metrics, status, the demo's live view)."""
 
     on_result: Callable[[str, int, list[TaskResult], float], None] = lambda *_: None
+
+    def report(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
+        """Log the batch (summary, breaker transitions), then hand it to ``on_result``."""
+        log_batch(route, lane, results, seconds)
+        self.on_result(route, lane, results, seconds)
 
 
 @dataclass
@@ -83,7 +85,7 @@ class LaneBatchHandler:
             state = self.parking.apply(events)
             if state:
                 self._write_state(state, batch_id)
-        self.sink.on_result(self.route.name, self.lane, results, time.monotonic() - started)
+        self.sink.report(self.route.name, self.lane, results, time.monotonic() - started)
 
     def _write_state(self, state: list[OutRecord], batch_id: int) -> None:
         for attempt in range(1, self.attempts + 1):

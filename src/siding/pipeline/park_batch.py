@@ -32,13 +32,9 @@ ANSWER_WAIT_S = 1.0
 POLL_S = 0.05
 
 
-def _header(name: str) -> str:
-    return f"decode(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value, 'UTF-8')"
-
-
 TOKEN_EXPRS = (
-    f"{_header(story.PARK_TOKEN)} AS token",
-    f"try_cast({_header(story.NOT_BEFORE)} as long) AS nb",
+    f"{story.sql_field(story.PARK_TOKEN)} AS token",
+    f"try_cast({story.sql_field(story.NOT_BEFORE)} as long) AS nb",
 )
 
 
@@ -83,7 +79,7 @@ class ParkBatchHandler:
 
         results = run_with_retries(run, where, self.stop, self.attempts)
         self._used = tuple(t for r in results for t in r.used_tokens)
-        self.sink.on_result(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
+        self.sink.report(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
 
     def _wait_for_answers(self, due: Mapping[str, int]) -> None:
         """Until every call answered, one is due without an answer, or ANSWER_WAIT_S passed."""

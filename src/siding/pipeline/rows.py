@@ -45,8 +45,8 @@ def _bytes(value: Any) -> bytes | None:
 
 
 def main_lane_delivery(row: Sequence[Any]) -> Incoming:
-    """A record of the source topic: attempt 1 in lane 0. ``siding.*`` headers are not trusted
-    from producers and are dropped."""
+    """A record of the source topic: attempt 1 in lane 0. It has no story, so every header is
+    the producer's and is delivered as it is, ``siding.*`` names included."""
     topic, partition, offset, key, value, headers, ts_ms = row
     return Incoming(
         Delivery(
@@ -56,7 +56,7 @@ def main_lane_delivery(row: Sequence[Any]) -> Incoming:
             offset=int(offset),
             key=_bytes(key),
             value=_bytes(value),
-            headers=story.user_headers(_headers(headers)),
+            headers=story.as_headers(_headers(headers)),
             timestamp_ms=int(ts_ms or 0),
         )
     )

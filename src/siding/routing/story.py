@@ -1,13 +1,16 @@
 """A record's story in Kafka headers: pure encode/decode, the same for lanes and the DLQ.
 
-siding's own headers all start with ``siding.``; every other header is the producer's and is passed
-through untouched (and shown to consumers without siding's own).
+A lane or DLQ record carries the producer's headers first, unchanged, then the story: a block that
+starts with ``siding.id`` and runs to the end, every header in it named ``siding.*``. Only that
+trailing block is siding's, so a producer's own ``siding.*`` header is never taken for the story
+nor dropped. A record of the source topic has no story: all its headers are the producer's.
+Every story carries every field (empty when unset), so "the last header called X" is the story's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from siding.model import Headers, LaneHop
@@ -61,13 +64,42 @@ class StoryHeaders:
     deaths: int = 0
 
 
+def as_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
+    """Every header as it came; a null header value becomes ``b""``."""
+    return tuple((name, value if value is not None else b"") for name, value in (headers or ()))
+
+
+def story_start(names: Sequence[str]) -> int:
+    """Where the story block begins in ``names`` (``len(names)`` when there is none): at the
+    last ``siding.id`` when every name from there to the end is ``siding.*``."""
+    start = len(names)
+    for index in range(len(names) - 1, -1, -1):
+        if not names[index].startswith(PREFIX):
+            break
+        if names[index] == ID:
+            start = index
+            break
+    return start
+
+
+def split(
+    headers: Iterable[tuple[str, bytes | None]] | None,
+) -> tuple[Headers, Headers]:
+    """``(producer's headers, story block)`` of a record siding may have written."""
+    items = as_headers(headers)
+    start = story_start([name for name, _ in items])
+    return items[:start], items[start:]
+
+
 def user_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
-    """The producer's own headers, without siding's; a null header value becomes ``b""``."""
-    return tuple(
-        (name, value if value is not None else b"")
-        for name, value in (headers or ())
-        if not name.startswith(PREFIX)
-    )
+    """The producer's own headers of a lane or DLQ record: everything before the story block."""
+    return split(headers)[0]
+
+
+def sql_field(name: str) -> str:
+    """Spark SQL text for story field ``name`` of a record's ``headers`` column, as a string
+    (NULL when absent): the last header so called, which is the story's when there is one."""
+    return f"cast(try_element_at(filter(headers, h -> h.key = '{name}'), -1).value as string)"
 
 
 def _hop_json(hop: LaneHop) -> dict[str, object]:
@@ -87,27 +119,21 @@ def encode(story: StoryHeaders) -> Headers:
         (NOT_BEFORE, str(story.not_before_ms)),
         (HOPS, json.dumps([_hop_json(h) for h in story.hops], separators=(",", ":"))),
         (REASON, story.reason),
+        (DIED_AT, str(story.died_at_ms) if story.died_at_ms is not None else ""),
+        (ROUTE, story.route),
+        (PARK_TOKEN, story.park_token),
+        (DEATHS, str(story.deaths)),
     ]
-    if story.died_at_ms is not None:
-        fields.append((DIED_AT, str(story.died_at_ms)))
-    if story.route:
-        fields.append((ROUTE, story.route))
-    if story.park_token:
-        fields.append((PARK_TOKEN, story.park_token))
-    if story.deaths:
-        fields.append((DEATHS, str(story.deaths)))
     return tuple((name, value.encode()) for name, value in fields)
 
 
 def decode(headers: Iterable[tuple[str, bytes | None]] | None) -> StoryHeaders | None:
-    """The story carried by a lane or DLQ record; ``None`` for a record without one."""
-    own = {
-        name: (value or b"").decode("utf-8", "replace")
-        for name, value in (headers or ())
-        if name.startswith(PREFIX)
-    }
-    if ID not in own:
+    """The story carried by a lane or DLQ record; ``None`` for a record without one. Stories
+    written before every field was always present decode the same (missing means unset)."""
+    block = split(headers)[1]
+    if not block:
         return None
+    own = {name: value.decode("utf-8", "replace") for name, value in block}
     hops = tuple(
         LaneHop(int(h["lane"]), int(h["attempt"]), int(h["at"]), str(h["reason"]))
         for h in json.loads(own.get(HOPS) or "[]")
