@@ -10,7 +10,7 @@ STAMPS := .stamps
 setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools
 
 $(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 or 3.12 (or run make PYTHON=/path/to/python3.12)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
