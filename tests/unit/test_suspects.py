@@ -23,7 +23,12 @@ from siding.transport.fake import CrashingTransport
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
 FAST_BREAKER = BreakerSettings(failure_threshold=3, open_for_s=0.02, max_open_for_s=0.05)
 SETTINGS = DispatchSettings(
-    max_in_flight=10, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER, recovery_s=0.05
+    max_in_flight=10,
+    deadline_s=2.0,
+    lanes=LANES,
+    breaker=FAST_BREAKER,
+    recovery_s=0.05,
+    suspect_spread_s=0.2,
 )
 
 
@@ -171,6 +176,7 @@ async def test_two_pills_of_two_keys_are_convicted_and_their_keys_stay_in_order(
         breaker=FAST_BREAKER,
         ordering=Ordering.KEY,
         recovery_s=0.05,
+        suspect_spread_s=0.2,
     )
     # When the slice is dispatched
     report = await asyncio.wait_for(dispatch(consumer, work, settings), 30)

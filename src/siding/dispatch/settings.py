@@ -32,6 +32,10 @@ class DispatchSettings:
     crash_limit: int = 3
     # How long a suspect that alone killed the consumer waits before it may go again.
     recovery_s: float = 5.0
+    # A suspect's pause after a death or a refusal is random in [0, this): tasks in other
+    # processes see the consumer come back at the same moment, and their suspects must not go
+    # out together again (an innocent would share a pill's lone deaths).
+    suspect_spread_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.crash_limit < 1:

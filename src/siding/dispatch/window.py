@@ -39,9 +39,6 @@ OUTLIER_SHARE = 0.2
 # A message turned away again and again is logged at each step while at most this many of the
 # slice's messages are turned away (more than that is an outage: the breaker's log tells it).
 HOLDOUT_LOG_MAX = 10
-# The most a suspect waits after a death or a refusal before its turn (jittered); the breaker
-# holds it while the consumer is down.
-SUSPECT_PAUSE_S = 0.5
 
 
 def safety_grace_s(deadline_s: float) -> float:
@@ -374,7 +371,7 @@ class _Window:
             if index in self._suspects:
                 # The breaker waits out the restart; a suspect's own pause must not compound
                 # over its deaths and refusals, or each round of isolation grows longer.
-                step = Backoff(SUSPECT_PAUSE_S * self._rand(), step.reason)
+                step = Backoff(self._settings.suspect_spread_s * self._rand(), step.reason)
             self._log_holdout(index, consecutive, step.reason, now_ms)
             due_ms = now_ms + math.ceil(step.delay_s * 1000)
             self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
@@ -464,7 +461,8 @@ class _Window:
             # The consumer is back: the suspects that killed it go again after a while.
             due_ms = self._now_ms() + round(self._settings.recovery_s * 1000)
             for index in self._recovering:
-                self._suspects.wait(index, due_ms + round(SUSPECT_PAUSE_S * 1000 * self._rand()))
+                spread_ms = self._settings.suspect_spread_s * 1000 * self._rand()
+                self._suspects.wait(index, due_ms + round(spread_ms))
             self._recovering.clear()
         self._wake.set()
 
