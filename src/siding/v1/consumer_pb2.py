@@ -24,21 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18siding/v1/consumer.proto\x12\tsiding.v1\"\xd9\x01\n\x08\x44\x65livery\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x10\n\x03key\x18\x05 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x06 \x01(\x0cH\x01\x88\x01\x01\x12\"\n\x07headers\x18\x07 \x03(\x0b\x32\x11.siding.v1.Header\x12\x14\n\x0ctimestamp_ms\x18\x08 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12\x0c\n\x04lane\x18\n \x01(\x05\x42\x06\n\x04_keyB\x08\n\x06_value\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x8c\x01\n\x06Result\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12#\n\x07verdict\x18\x02 \x01(\x0e\x32\x12.siding.v1.Verdict\x12 \n\x13retry_after_seconds\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x04 \x01(\tB\x16\n\x14_retry_after_seconds*X\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0f\n\x0bVERDICT_ACK\x10\x01\x12\x11\n\rVERDICT_RETRY\x10\x02\x12\x10\n\x0cVERDICT_DEAD\x10\x03\x32z\n\x08\x43onsumer\x12\x31\n\x07\x44\x65liver\x12\x13.siding.v1.Delivery\x1a\x11.siding.v1.Result\x12;\n\rDeliverStream\x12\x13.siding.v1.Delivery\x1a\x11.siding.v1.Result(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18siding/v1/consumer.proto\x12\tsiding.v1\"8\n\rDeliveryBatch\x12\'\n\ndeliveries\x18\x01 \x03(\x0b\x32\x13.siding.v1.Delivery\"1\n\x0bResultBatch\x12\"\n\x07results\x18\x01 \x03(\x0b\x32\x11.siding.v1.Result\"\xd9\x01\n\x08\x44\x65livery\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x10\n\x03key\x18\x05 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x06 \x01(\x0cH\x01\x88\x01\x01\x12\"\n\x07headers\x18\x07 \x03(\x0b\x32\x11.siding.v1.Header\x12\x14\n\x0ctimestamp_ms\x18\x08 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12\x0c\n\x04lane\x18\n \x01(\x05\x42\x06\n\x04_keyB\x08\n\x06_value\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xb0\x01\n\x06Result\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12#\n\x07verdict\x18\x02 \x01(\x0e\x32\x12.siding.v1.Verdict\x12 \n\x13retry_after_seconds\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\"\n\x07outputs\x18\x05 \x03(\x0b\x32\x11.siding.v1.OutputB\x16\n\x14_retry_after_seconds\"s\n\x06Output\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x03key\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x03 \x01(\x0cH\x01\x88\x01\x01\x12\"\n\x07headers\x18\x04 \x03(\x0b\x32\x11.siding.v1.HeaderB\x06\n\x04_keyB\x08\n\x06_value*X\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0f\n\x0bVERDICT_ACK\x10\x01\x12\x11\n\rVERDICT_RETRY\x10\x02\x12\x10\n\x0cVERDICT_DEAD\x10\x03\x32\xc2\x01\n\x08\x43onsumer\x12\x31\n\x07\x44\x65liver\x12\x13.siding.v1.Delivery\x1a\x11.siding.v1.Result\x12;\n\rDeliverStream\x12\x13.siding.v1.Delivery\x1a\x11.siding.v1.Result(\x01\x30\x01\x12\x46\n\x0e\x44\x65liverBatches\x12\x18.siding.v1.DeliveryBatch\x1a\x16.siding.v1.ResultBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'siding.v1.consumer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERDICT']._serialized_start=440
-  _globals['_VERDICT']._serialized_end=528
-  _globals['_DELIVERY']._serialized_start=40
-  _globals['_DELIVERY']._serialized_end=257
-  _globals['_HEADER']._serialized_start=259
-  _globals['_HEADER']._serialized_end=295
-  _globals['_RESULT']._serialized_start=298
-  _globals['_RESULT']._serialized_end=438
-  _globals['_CONSUMER']._serialized_start=530
-  _globals['_CONSUMER']._serialized_end=652
+  _globals['_VERDICT']._serialized_start=702
+  _globals['_VERDICT']._serialized_end=790
+  _globals['_DELIVERYBATCH']._serialized_start=39
+  _globals['_DELIVERYBATCH']._serialized_end=95
+  _globals['_RESULTBATCH']._serialized_start=97
+  _globals['_RESULTBATCH']._serialized_end=146
+  _globals['_DELIVERY']._serialized_start=149
+  _globals['_DELIVERY']._serialized_end=366
+  _globals['_HEADER']._serialized_start=368
+  _globals['_HEADER']._serialized_end=404
+  _globals['_RESULT']._serialized_start=407
+  _globals['_RESULT']._serialized_end=583
+  _globals['_OUTPUT']._serialized_start=585
+  _globals['_OUTPUT']._serialized_end=700
+  _globals['_CONSUMER']._serialized_start=793
+  _globals['_CONSUMER']._serialized_end=987
 # @@protoc_insertion_point(module_scope)

@@ -59,6 +59,50 @@ VERDICT_DEAD: Verdict.ValueType  # 3
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
 
 @_typing.final
+class DeliveryBatch(_message.Message):
+    """Up to the route's batch.max deliveries sent together."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELIVERIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deliveries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Delivery]: ...
+    def __init__(
+        self,
+        *,
+        deliveries: _abc.Iterable[Global___Delivery] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deliveries", b"deliveries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeliveryBatch: _TypeAlias = DeliveryBatch  # noqa: Y015
+
+@_typing.final
+class ResultBatch(_message.Message):
+    """Results for any deliveries out on the stream, in any order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___Result]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___Result] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResultBatch: _TypeAlias = ResultBatch  # noqa: Y015
+
+@_typing.final
 class Delivery(_message.Message):
     """One Kafka record pushed to a consumer. topic/partition/offset always name the original
     record, even when the delivery comes from a retry lane or a dead-letter replay.
@@ -161,6 +205,7 @@ class Result(_message.Message):
     VERDICT_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    OUTPUTS_FIELD_NUMBER: _builtins.int
     delivery_id: _builtins.str
     """The Delivery.id this answers. Required on DeliverStream; may be empty on Deliver."""
     verdict: Global___Verdict.ValueType
@@ -168,6 +213,14 @@ class Result(_message.Message):
     """RETRY only: the earliest time to try again, in seconds from now. Absent: the lane's delay."""
     reason: _builtins.str
     """Why (RETRY, DEAD): recorded with the record in retry lanes and the dead-letter topic."""
+    @_builtins.property
+    def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Output]:
+        """ACK only (consume-and-produce): records siding writes to Kafka before the input counts as
+        done. Each topic must be listed in the route's `outputs`; an answer naming any other topic
+        is turned into a RETRY with a reason. siding adds a header `siding.output.id` =
+        "<delivery id>#<index>" to every output, stable across redeliveries, for deduplication.
+        """
+
     def __init__(
         self,
         *,
@@ -175,13 +228,54 @@ class Result(_message.Message):
         verdict: Global___Verdict.ValueType = ...,
         retry_after_seconds: _builtins.float | None = ...,
         reason: _builtins.str = ...,
+        outputs: _abc.Iterable[Global___Output] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_retry_after_seconds", b"_retry_after_seconds", "retry_after_seconds", b"retry_after_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_retry_after_seconds", b"_retry_after_seconds", "delivery_id", b"delivery_id", "reason", b"reason", "retry_after_seconds", b"retry_after_seconds", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_retry_after_seconds", b"_retry_after_seconds", "delivery_id", b"delivery_id", "outputs", b"outputs", "reason", b"reason", "retry_after_seconds", b"retry_after_seconds", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__retry_after_seconds: _TypeAlias = _typing.Literal["retry_after_seconds"]  # noqa: Y015
     _WhichOneofArgType__retry_after_seconds: _TypeAlias = _typing.Literal["_retry_after_seconds", b"_retry_after_seconds"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__retry_after_seconds) -> _WhichOneofReturnType__retry_after_seconds | None: ...
 
 Global___Result: _TypeAlias = Result  # noqa: Y015
+
+@_typing.final
+class Output(_message.Message):
+    """One record a consumer asks siding to produce."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    key: _builtins.bytes
+    """Record key; absent for no key."""
+    value: _builtins.bytes
+    """Record value; absent for a tombstone."""
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        key: _builtins.bytes | None = ...,
+        value: _builtins.bytes | None = ...,
+        headers: _abc.Iterable[Global___Header] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "key", b"key", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "headers", b"headers", "key", b"key", "topic", b"topic", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___Output: _TypeAlias = Output  # noqa: Y015

@@ -45,6 +45,11 @@ class ConsumerStub:
                 request_serializer=siding_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
                 response_deserializer=siding_dot_v1_dot_consumer__pb2.Result.FromString,
                 _registered_method=True)
+        self.DeliverBatches = channel.stream_stream(
+                '/siding.v1.Consumer/DeliverBatches',
+                request_serializer=siding_dot_v1_dot_consumer__pb2.DeliveryBatch.SerializeToString,
+                response_deserializer=siding_dot_v1_dot_consumer__pb2.ResultBatch.FromString,
+                _registered_method=True)
 
 
 class ConsumerServicer:
@@ -68,6 +73,18 @@ class ConsumerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeliverBatches(self, request_iterator, context):
+        """Batched delivery (a route with `batch = { max = N, linger = "5ms" }`): like DeliverStream,
+        but each frame carries up to N deliveries. The consumer answers every delivery with exactly
+        one Result, in any order and in frames of any size, matched by Result.delivery_id. Each
+        delivery keeps its own deadline, verdict, retry and dead-letter fate: one item's RETRY or
+        DEAD never affects the others. A consumer that does not implement this RPC answers
+        UNIMPLEMENTED; siding then says so in its log and uses DeliverStream for that endpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -80,6 +97,11 @@ def add_ConsumerServicer_to_server(servicer, server):
                     servicer.DeliverStream,
                     request_deserializer=siding_dot_v1_dot_consumer__pb2.Delivery.FromString,
                     response_serializer=siding_dot_v1_dot_consumer__pb2.Result.SerializeToString,
+            ),
+            'DeliverBatches': grpc.stream_stream_rpc_method_handler(
+                    servicer.DeliverBatches,
+                    request_deserializer=siding_dot_v1_dot_consumer__pb2.DeliveryBatch.FromString,
+                    response_serializer=siding_dot_v1_dot_consumer__pb2.ResultBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -137,6 +159,33 @@ class Consumer:
             '/siding.v1.Consumer/DeliverStream',
             siding_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
             siding_dot_v1_dot_consumer__pb2.Result.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/siding.v1.Consumer/DeliverBatches',
+            siding_dot_v1_dot_consumer__pb2.DeliveryBatch.SerializeToString,
+            siding_dot_v1_dot_consumer__pb2.ResultBatch.FromString,
             options,
             channel_credentials,
             insecure,

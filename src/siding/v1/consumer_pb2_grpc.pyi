@@ -52,6 +52,14 @@ class ConsumerStub:
     unanswered past siding's per-attempt deadline is retried in the next lane; if the stream
     breaks, unanswered deliveries are redelivered later without spending an attempt.
     """
+    DeliverBatches: _grpc.StreamStreamMultiCallable[_consumer_pb2.DeliveryBatch, _consumer_pb2.ResultBatch]
+    """Batched delivery (a route with `batch = { max = N, linger = "5ms" }`): like DeliverStream,
+    but each frame carries up to N deliveries. The consumer answers every delivery with exactly
+    one Result, in any order and in frames of any size, matched by Result.delivery_id. Each
+    delivery keeps its own deadline, verdict, retry and dead-letter fate: one item's RETRY or
+    DEAD never affects the others. A consumer that does not implement this RPC answers
+    UNIMPLEMENTED; siding then says so in its log and uses DeliverStream for that endpoint.
+    """
 
 @_typing.type_check_only
 class ConsumerAsyncStub(ConsumerStub):
@@ -65,6 +73,14 @@ class ConsumerAsyncStub(ConsumerStub):
     with exactly one Result, in any order, matched by Result.delivery_id. A delivery left
     unanswered past siding's per-attempt deadline is retried in the next lane; if the stream
     breaks, unanswered deliveries are redelivered later without spending an attempt.
+    """
+    DeliverBatches: _aio.StreamStreamMultiCallable[_consumer_pb2.DeliveryBatch, _consumer_pb2.ResultBatch]  # type: ignore[assignment]
+    """Batched delivery (a route with `batch = { max = N, linger = "5ms" }`): like DeliverStream,
+    but each frame carries up to N deliveries. The consumer answers every delivery with exactly
+    one Result, in any order and in frames of any size, matched by Result.delivery_id. Each
+    delivery keeps its own deadline, verdict, retry and dead-letter fate: one item's RETRY or
+    DEAD never affects the others. A consumer that does not implement this RPC answers
+    UNIMPLEMENTED; siding then says so in its log and uses DeliverStream for that endpoint.
     """
 
 class ConsumerServicer(metaclass=_abc_1.ABCMeta):
@@ -88,6 +104,20 @@ class ConsumerServicer(metaclass=_abc_1.ABCMeta):
         with exactly one Result, in any order, matched by Result.delivery_id. A delivery left
         unanswered past siding's per-attempt deadline is retried in the next lane; if the stream
         breaks, unanswered deliveries are redelivered later without spending an attempt.
+        """
+
+    @_abc_1.abstractmethod
+    def DeliverBatches(
+        self,
+        request_iterator: _MaybeAsyncIterator[_consumer_pb2.DeliveryBatch],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_consumer_pb2.ResultBatch], _abc.AsyncIterator[_consumer_pb2.ResultBatch]]:
+        """Batched delivery (a route with `batch = { max = N, linger = "5ms" }`): like DeliverStream,
+        but each frame carries up to N deliveries. The consumer answers every delivery with exactly
+        one Result, in any order and in frames of any size, matched by Result.delivery_id. Each
+        delivery keeps its own deadline, verdict, retry and dead-letter fate: one item's RETRY or
+        DEAD never affects the others. A consumer that does not implement this RPC answers
+        UNIMPLEMENTED; siding then says so in its log and uses DeliverStream for that endpoint.
         """
 
 def add_ConsumerServicer_to_server(servicer: ConsumerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
