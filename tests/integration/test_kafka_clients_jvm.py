@@ -3,11 +3,12 @@ are the jar's, and the JAAS setting siding writes parses back to the same creden
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic import SecretStr
 
+from siding.config.fields import Setting
 from siding.config.kafka_clients import split_settings
 from siding.config.kafka_names import JAVA
 from siding.devkit.kafka_names import TARGET, java_names, java_version
@@ -33,7 +34,7 @@ def test_the_generated_java_names_are_the_spark_jars(spark: SparkSession) -> Non
 def test_kafkas_jaas_parser_reads_back_the_credentials(
     spark: SparkSession, mechanism: str, username: str, password: str
 ) -> None:
-    shared = {
+    shared: dict[str, Setting] = {
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": mechanism,
         "sasl.username": username,
@@ -41,11 +42,12 @@ def test_kafkas_jaas_parser_reads_back_the_credentials(
     }
     jaas = split_settings(shared).java["sasl.jaas.config"]
     assert isinstance(jaas, SecretStr)
-    jvm = spark._jvm
+    jvm: Any = spark._jvm
     config = jvm.org.apache.kafka.common.security.JaasContext.loadClientContext(
-        jvm.java.util.Map.of("sasl.jaas.config", jvm.org.apache.kafka.common.config.types.Password(
-            jaas.get_secret_value()
-        ))
+        jvm.java.util.Map.of(
+            "sasl.jaas.config",
+            jvm.org.apache.kafka.common.config.types.Password(jaas.get_secret_value()),
+        )
     )
     [entry] = list(config.configurationEntries())
     options = entry.getOptions()

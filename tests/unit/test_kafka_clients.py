@@ -21,7 +21,7 @@ from siding.errors import ConfigError
 
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc"'
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="svc"'
-SASL = {
+SASL: dict[str, Setting] = {
     "security.protocol": "SASL_SSL",
     "sasl.username": "svc",
     "sasl.password": SecretStr("pw"),
@@ -30,9 +30,7 @@ ROUTE = '[[route]]\ntopic = "t"\ngroup = "g"\nendpoint = "grpc://127.0.0.1:50051
 
 
 def _revealed(settings: Mapping[str, Setting]) -> dict[str, object]:
-    return {
-        k: v.get_secret_value() if isinstance(v, SecretStr) else v for k, v in settings.items()
-    }
+    return {k: v.get_secret_value() if isinstance(v, SecretStr) else v for k, v in settings.items()}
 
 
 @pytest.mark.parametrize(
@@ -75,7 +73,7 @@ def _revealed(settings: Mapping[str, Setting]) -> dict[str, object]:
     ],
 )  # fmt: skip
 def test_sasl_and_tls_settings_are_translated_for_the_java_client(
-    shared: dict[str, Setting], librdkafka: dict[str, object], java: dict[str, object]
+    shared: dict[str, Setting], librdkafka: dict[str, Setting], java: dict[str, object]
 ) -> None:
     settings = split_settings(shared)
     assert _revealed(settings.librdkafka) == _revealed(librdkafka)
@@ -115,8 +113,9 @@ def test_settings_reach_only_the_clients_that_know_them_and_the_rest_is_reported
         'kafka."ssl.cipher.suites"',
     }
     assert said['kafka."statistics.interval.ms"'].startswith("only librdkafka")
-    assert "Spark's Java client (source, sink) does not get it" in (
-        said['kafka."statistics.interval.ms"']
+    assert (
+        "Spark's Java client (source, sink) does not get it"
+        in (said['kafka."statistics.interval.ms"'])
     )
     assert said['kafka."metadata.max.idle.ms"'].startswith("only Spark's Java client")
     assert "[kafka.java]" in said['kafka."metadata.max.idle.ms"']
@@ -140,7 +139,7 @@ def test_per_client_tables_go_to_their_client_last_and_unknown_names_are_reporte
     assert [str(n) for n in settings.notes] == [
         'kafka.librdkafka."sasl.jaas.config": librdkafka (dispatch, DLQ tools, group commits)'
         " does not know this setting and refuses to start with it",
-        "kafka.java.\"linger\": Spark's Java client (source, sink) does not know this setting"
+        'kafka.java."linger": Spark\'s Java client (source, sink) does not know this setting'
         " and ignores it",
     ]
 
@@ -217,7 +216,7 @@ def test_librdkafka_accepts_every_setting_siding_gives_it(tmp_path: Path) -> Non
         'sasl.mechanism = "SCRAM-SHA-512"\nsasl.username = "svc"\nsasl.password = "pw"\n'
         f'"ssl.ca.location" = "{ca}"\n"ssl.endpoint.identification.algorithm" = ""\n'
         '"metadata.max.idle.ms" = 1000\n'  # Java only: must not reach librdkafka
-        f"[kafka.librdkafka]\n\"socket.keepalive.enable\" = true\n{ROUTE}"
+        f'[kafka.librdkafka]\n"socket.keepalive.enable" = true\n{ROUTE}'
     )
     config = parse_config(text, env={})
     # When the real librdkafka builds a client from them, it refuses none (it would refuse a
