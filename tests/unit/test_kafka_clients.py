@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException, Producer
 from pydantic import SecretStr
 
 from siding.cli.run import check_config
-from siding.config import parse_config
+from siding.config import looks_secret, parse_config
 from siding.config.fields import Problem, Setting
 from siding.config.kafka_clients import Note, split_settings, written_key
 from siding.devkit.certs import make_tls_files
@@ -254,3 +254,21 @@ def test_check_config_warns_about_each_setting_and_never_shows_a_secret(tmp_path
     assert "s3cr3t-Pa55" not in done.output
     # and --strict turns the warning into a failure
     assert runner.invoke(check_config, ["-c", str(path), "--strict"]).exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("sasl.password", True),
+        ("sasl.jaas.config", True),
+        ("ssl.key.password", True),
+        ("ssl.keystore.key", True),  # the Java client's inline PEM private key
+        ("ssl.key.pem", True),
+        ("sasl.oauthbearer.client.secret", True),
+        ("sasl.username", False),
+        ("ssl.ca.location", False),
+        ("ssl.keystore.location", False),
+    ],
+)
+def test_names_that_hold_credentials_are_secret(name: str, secret: bool) -> None:
+    assert looks_secret(name) is secret
