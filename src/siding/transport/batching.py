@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from siding.errors import ConfigError
+from siding.model import Outcome
+from siding.transport.outcomes import outcome_from_timeout
 
 T = TypeVar("T")
 
@@ -86,3 +88,19 @@ def framed_size(size: int) -> int:
         rest >>= 7
         length += 1
     return 1 + length + size
+
+
+class Expiry:
+    """A sender's deadline: when it passes, the future it waits on gets the timeout outcome."""
+
+    __slots__ = ("deadline_s", "expired", "waiter")
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s = deadline_s
+        self.expired = False
+        self.waiter: asyncio.Future[Outcome] | None = None
+
+    def expire(self) -> None:
+        self.expired = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(outcome_from_timeout(self.deadline_s))

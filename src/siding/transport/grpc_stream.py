@@ -265,20 +265,15 @@ class GrpcStreamTransport:
         return _Stream(stub.DeliverStream(None, metadata=self._metadata), channel)
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
-        try:
-            async with asyncio.timeout(deadline_s):
-                return await self._answer(delivery)
-        except TimeoutError:
-            return outcome_from_timeout(deadline_s)
-
-    async def _answer(self, delivery: Delivery) -> Outcome:
-        """The outcome of one copy of ``delivery`` on a stream (the caller keeps the deadline)."""
         stream = self._stream_for(delivery.id)
         entry = stream.submit(delivery)
         waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         entry.waiters.append(waiter)
         try:
-            return await waiter
+            async with asyncio.timeout(deadline_s):
+                return await waiter
+        except TimeoutError:
+            return outcome_from_timeout(deadline_s)
         finally:
             entry.waiters.remove(waiter)
             stream.forget(delivery.id, entry)
