@@ -34,6 +34,21 @@ class Frames(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self) -> None:
         self.frames: list[int] = []
 
+    async def Deliver(
+        self,
+        request: consumer_pb2.Delivery,  # noqa: ARG002
+        context: Context,
+    ) -> consumer_pb2.Result:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batches only")
+
+    async def DeliverStream(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.Delivery],  # noqa: ARG002
+        context: Context,
+    ) -> AsyncIterator[consumer_pb2.Result]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batches only")
+        yield consumer_pb2.Result()
+
     async def DeliverBatches(
         self, request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch], context: Context
     ) -> AsyncIterator[consumer_pb2.ResultBatch]:
