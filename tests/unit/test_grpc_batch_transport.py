@@ -196,3 +196,25 @@ async def test_frames_stay_within_their_bytes() -> None:
         outcomes = await asyncio.gather(*sends)
     assert {o.kind for o in outcomes} == {OutcomeKind.ACK}
     assert servicer.frames == [2, 2, 2]
+
+
+async def test_a_frame_too_large_for_the_consumer_is_split_and_only_a_big_record_dies() -> None:
+    async def handle(_d: Delivery) -> Reply:
+        return ack()
+
+    # Given a consumer that keeps its receive limit at 3,000 bytes and a client allowed 1 MiB
+    limit = (("grpc.max_receive_message_length", 3000),)
+    limits = BatchLimits(max_items=100, linger_s=0.01, max_bytes=1 << 20)
+    async with (
+        ConsumerServer(handle, options=limit) as server,
+        batching(server.target, limits) as t,
+    ):
+        # When six records of 1,000 bytes and one of 5,000 go out together
+        small = [t.send(delivery(n, value=b"x" * 1000), 5) for n in range(6)]
+        outcomes = await asyncio.gather(*small, t.send(delivery(9, value=b"y" * 5000), 5))
+        assert t.limits.max_bytes == 3000  # learned from the refusal
+    # Then the small ones were sent again in frames that fit, without spending an attempt
+    assert [o.kind for o in outcomes[:6]] == [OutcomeKind.ACK] * 6
+    # And only the big one is too large, alone
+    assert outcomes[6].kind is OutcomeKind.DEAD
+    assert outcomes[6].reason.startswith("message too large: ")

@@ -120,11 +120,16 @@ class _BatchStream(_Stream):
             self.fail(await self._why(error))
 
     async def _why(self, error: Exception) -> BaseException:
-        """A write fails when the call has already ended: the call's status says why."""
-        if self._batch_call.done():
-            with contextlib.suppress(Exception):
-                if await self._batch_call.code() is grpc.StatusCode.UNIMPLEMENTED:
-                    return Unimplemented(str(error))
+        """A write fails when the call has already ended: the call's status says why (the
+        consumer's UNIMPLEMENTED, its "larger than max" refusal, its going away)."""
+        if not self._batch_call.done():
+            return error
+        with contextlib.suppress(Exception):
+            code = await self._batch_call.code()
+            details = await self._batch_call.details()
+            text = f"stream broke: grpc {code.name}" + (f": {details}" if details else "")
+            kind = Unimplemented if code is grpc.StatusCode.UNIMPLEMENTED else TransportError
+            return kind(text)
         return error
 
     async def _read_loop(self) -> None:
