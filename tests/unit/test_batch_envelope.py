@@ -305,7 +305,7 @@ def test_the_answer_a_consumer_writes_is_the_documented_shape() -> None:
                 "id": "orders/0/43",
                 "verdict": "retry",
                 "after": 30,
-                "reason": "rate limited upstream",
+                "reason": "rate limited",
             },
             {"id": "orders/0/44", "verdict": "dead", "reason": "unknown currency XBT"},
         ]
