@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from siding import naming
 from siding.control import ControlServer, QueryHealth, health_document, status_document
+from siding.control.kafka_view import LetterSummary, RouteKafka, lane_backlog, partition_lag
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.errors import SidingError
 from siding.model import OutcomeKind
@@ -311,16 +312,46 @@ def test_the_page_is_served_at_the_root_and_its_script_parses(
     assert checked.returncode == 0, checked.stderr.decode()
 
 
+def _facts() -> RouteKafka:
+    return RouteKafka(
+        partitions=(partition_lag("billing", 0, 0, 120, 100),),
+        lanes=(lane_backlog("retry-1", "siding.billing.retry-1", [], [1_000]),),
+        dlq_topic="siding.billing.dlq",
+        dlq_size=3,
+        letters=(LetterSummary("billing/0/7", "bad", "k", 1_000, 0, 2),),
+        polled_at_ms=5_000,
+        offered_per_s=12.5,
+    )
+
+
 def test_the_page_reads_only_fields_the_status_document_has(
-    server: ControlServer, metrics: MetricsSink
+    metrics: MetricsSink, queries: Queries
 ) -> None:
-    metrics.on_result("billing", 0, _batch(), 0.1)
-    _, doc = get_json(server, "/status")
+    metrics.on_result("billing", 0, _batch(open_breaker=True), 0.1)
+    control = ControlServer(
+        ("127.0.0.1", 0), metrics, lambda: list(queries), kafka=lambda _: _facts()
+    )
+    with control:
+        _, doc = get_json(control, "/status")
+        _, _, body = get(control, "/")
     route = next(r for r in doc["routes"] if r["name"] == "billing")
     lane = route["lanes"][0]
-    _, _, body = get(server, "/")
+    kafka = route["kafka"]
+    assert lane["breaker_transitions"] and kafka["partitions"] and kafka["dlq"]["latest"]
     script = body.decode().split("<script>", 1)[1]
-    for owner, fields in (("lane", lane), ("route", route), ("status", doc)):
+    # The page's names for each kind of object in the document.
+    owners = (
+        ("lane", lane),
+        ("route", route),
+        ("status", doc),
+        ("kafka", kafka),
+        ("p", kafka["partitions"][0]),
+        ("x", kafka["dlq"]["latest"][0]),
+        ("b", kafka["lanes"][0]),
+        ("t", lane["breaker_transitions"][0]),
+        ("dlq", kafka["dlq"]),
+    )
+    for owner, fields in owners:
         used = set(re.findall(rf"\b{owner}\.([a-z_]+)", script))
         if owner == "route":  # present when the server controls routes (test_route_controls)
             used.discard("control")
