@@ -140,6 +140,15 @@ class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
             self._sessions.discard(session)
             session.close()
 
+    async def DeliverBatches(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],  # noqa: ARG002
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        # Until batched delivery is served here, say so: siding then uses DeliverStream.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batched delivery is not implemented")
+        yield consumer_pb2.ResultBatch()
+
     def drain(self) -> None:
         self._draining = True
         for session in self._sessions:
