@@ -82,6 +82,7 @@ class Page:
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+            self._loop.close()
             self._process.terminate()
             try:
                 self._process.wait(10)

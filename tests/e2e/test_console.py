@@ -56,6 +56,28 @@ def _shots(tmp_path: Path) -> Path:
     return Path(os.environ.get("SIDING_SCREENSHOTS") or tmp_path)
 
 
+def _shows_the_status(page: Page, status: dict[str, Any], topic: str) -> None:
+    """The lane table, the lag per partition and the latest letters as ``/status`` has them."""
+    name = status["name"]
+    main = next(lane for lane in status["lanes"] if lane["lane"] == 0)
+    lane_rows = _cells(page, f"[id='route-{name}'] table.lanes")
+    shown = next(row for row in lane_rows if row[0] == "main")
+    assert shown[2:6] == [
+        f"{main['records']:,}",
+        f"{main['acked']:,}",
+        f"{main['to_lane']:,}",
+        f"{main['to_dlq']:,}",
+    ]
+    partitions = _cells(page, f"[id='route-{name}'] table.partitions")
+    assert sorted(row[0] for row in partitions) == [f"{topic}-{p}" for p in range(3)]
+    assert all(row[3] == "0" for row in partitions)
+    letters = _cells(page, f"[id='route-{name}'] table.letters")
+    dead = (status.get("kafka") or {})["dlq"]["latest"]
+    assert dead, "the consumer dead-lettered some messages"
+    assert [row[0] for row in letters] == [letter["id"] for letter in dead]
+    assert all(row[1] for row in letters), "every letter shows its reason"
+
+
 def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
     kafka: EmbeddedKafka,
     spark: SparkSession,
@@ -94,7 +116,7 @@ def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
     with (
         run,
         ControlPlane(
-            config, ("127.0.0.1", 0), metrics, health, run.app.controls, poll_s=0.5
+            config, ("127.0.0.1", 0), metrics, health, controls=run.app.controls, poll_s=0.5
         ) as plane,
         Page.open(plane.url + "/", tmp_path / "profile") as page,
     ):
@@ -102,7 +124,7 @@ def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
 
         # Then, once Kafka has been read after the last commit, the page shows what /status says
         def settled() -> bool:
-            facts = _route(_status(plane), name).get("kafka")
+            facts: dict[str, Any] = _route(_status(plane), name).get("kafka") or {}
             return bool(facts) and facts["lag"] == 0 and facts["dlq"]["size"] == run.totals.to_dlq
 
         wait_until(settled, timeout_s=60, what="the console's Kafka view caught up")
@@ -111,23 +133,7 @@ def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
         page.wait_for(
             f"document.body.innerText.includes('dead-lettered {status['dead_lettered']:,}')"
         )
-        main = next(lane for lane in status["lanes"] if lane["lane"] == 0)
-        lane_rows = _cells(page, f"#route-{name} table.lanes")
-        shown = next(row for row in lane_rows if row[0] == "main")
-        assert shown[2:6] == [
-            f"{main['records']:,}",
-            f"{main['acked']:,}",
-            f"{main['to_lane']:,}",
-            f"{main['to_dlq']:,}",
-        ]
-        partitions = _cells(page, f"#route-{name} table.partitions")
-        assert sorted(row[0] for row in partitions) == [f"{topic}-{p}" for p in range(3)]
-        assert all(row[3] == "0" for row in partitions)
-        letters = _cells(page, f"#route-{name} table.letters")
-        dead = status["kafka"]["dlq"]["latest"]
-        assert dead, "the consumer dead-lettered some messages"
-        assert [row[0] for row in letters] == [letter["id"] for letter in dead]
-        assert all(row[1] for row in letters), "every letter shows its reason"
+        _shows_the_status(page, status, topic)
         page.screenshot(_shots(tmp_path) / "console.png")
 
         # When the operator gives the token and presses Pause

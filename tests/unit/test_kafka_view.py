@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from siding.config import parse_config
 from siding.control.kafka_view import (
     LetterSummary,
     PartitionLag,
@@ -16,7 +17,6 @@ from siding.control.kafka_view import (
     printable_key,
     route_topics,
 )
-from siding.config import parse_config
 from siding.model import LaneHop
 from siding.routing import story
 

@@ -9,6 +9,7 @@ partition, a lane's backlog and next due time, what a letter shows) are pure fun
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ LATEST_LETTERS = 10
 # ones only: one record read per partition per poll.
 MAX_DUE_READS = 32
 _KEY_CHARS = 40
+READ_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,10 +226,8 @@ class KafkaView:
             self._thread = None
         for clients in self._clients.values():
             for consumer in (clients.group, clients.reader):
-                try:
+                with contextlib.suppress(Exception):  # closing on the way out
                     consumer.close()
-                except Exception:  # noqa: S110 - closing on the way out
-                    pass
         self._clients.clear()
 
     def poll_once(self) -> None:
@@ -312,7 +312,7 @@ class KafkaView:
         found = reader.list_topics(topic, timeout=5).topics.get(topic)
         if found is None or found.error is not None:
             return 0, ()
-        size, letters = 0, []
+        size, letters = 0, list[LetterSummary]()
         for p in sorted(int(p) for p in found.partitions):
             low, high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
             size += int(high) - int(low)
@@ -330,9 +330,7 @@ def _read_one(reader: Any, topic: str, partition: int, offset: int) -> Any:
     return records[0] if records else None
 
 
-def _read_range(
-    reader: Any, topic: str, partition: int, start: int, end: int, timeout_s: float = 2.0
-) -> list[Any]:
+def _read_range(reader: Any, topic: str, partition: int, start: int, end: int) -> list[Any]:
     """The records from ``start`` up to (not including) ``end``, as many as arrive in time."""
     from confluent_kafka import TopicPartition
 
@@ -340,7 +338,7 @@ def _read_range(
         return []
     reader.assign([TopicPartition(topic, partition, start)])
     out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + READ_TIMEOUT_S
     while time.monotonic() < deadline:
         message = reader.poll(0.2)
         if message is None or message.error() is not None:

@@ -20,6 +20,7 @@ class ControlPlane:
         address: tuple[str, int],
         metrics: MetricsSink,
         queries: HealthSource,
+        *,
         controls: RouteControls | None = None,
         poll_s: float = POLL_S,
     ) -> None:

@@ -125,7 +125,7 @@ class PipelineRun:
     ) -> None:
         self.config = config
         self.totals = Totals()
-        on_result = self.totals.add
+        on_result: ResultCallback = self.totals.add
         if also is not None:
             on_result = _both(self.totals.add, also)
         self.app = Application(config, sink=BatchSink(on_result), spark=spark)
