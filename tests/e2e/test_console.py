@@ -23,7 +23,7 @@ from siding.devkit.wait import wait_until
 from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
 from siding.pipeline.metrics import MetricsSink
-from tests.e2e.browser import Page
+from tests.browser import Page
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

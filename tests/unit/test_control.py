@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from siding.errors import SidingError
 from siding.model import OutcomeKind
 from siding.pipeline.metrics import MetricsSink
 from siding.pipeline.task import TaskResult, reason_class
+from tests.browser import Page
 
 Queries = list[QueryHealth]
 
@@ -381,8 +383,7 @@ def test_the_page_rendered_by_headless_chromium_shows_the_status_numbers(
     assert ("billing" in dom and "healthy" in dom) or "unhealthy" in dom
     for value in (lane["records"], lane["acked"], lane["to_lane"], lane["to_dlq"]):
         assert f"{value:,}" in cells, (value, cells[:40])
-    shots = Path(os.environ.get("SIDING_SCREENSHOTS") or tmp_path)
-    shot = shots / "console.png"
+    shot = tmp_path / "console.png"  # the README's screenshots come from tests/e2e/test_console.py
     subprocess.run(
         [*base, "--window-size=1280,720", f"--screenshot={shot}", f"{server.url}/"],
         check=False,
@@ -390,3 +391,34 @@ def test_the_page_rendered_by_headless_chromium_shows_the_status_numbers(
         timeout=120,
     )
     assert shot.stat().st_size > 10_000
+
+
+def test_the_page_stays_usable_with_hundreds_of_partitions(
+    metrics: MetricsSink, queries: Queries, tmp_path: Path
+) -> None:
+    if shutil.which("chromium") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is needed (make setup installs it with apt)")
+        pytest.skip("chromium not installed")
+    # Given a route reading 600 partitions, one of them far behind
+    lags = tuple(partition_lag("wide", p, 0, 1_000, 1_000 - (p % 7)) for p in range(600))
+    lags = (*lags[:-1], partition_lag("wide", 599, 0, 50_000, 10))
+    facts = RouteKafka(partitions=lags, dlq_topic="siding.billing.dlq", polled_at_ms=1)
+    metrics.on_result("billing", 0, _batch(), 0.1)
+    control = ControlServer(("127.0.0.1", 0), metrics, lambda: list(queries), kafka=lambda _: facts)
+    with control, Page.open(control.url + "/", tmp_path / "profile") as page:
+        # When the page has rendered (several polls)
+        page.wait_for("document.querySelectorAll('table.partitions tbody tr').length > 0")
+        time.sleep(3)
+        # Then it lists only the most lagging partitions, the worst first, and all on demand
+        rows = page.evaluate(
+            "[...document.querySelectorAll('table.partitions')[0].tBodies[0].rows]"
+            ".map(r => r.cells[0].textContent)"
+        )
+        assert len(rows) == 20 and rows[0] == "wide-599"
+        assert page.evaluate("document.body.innerText.includes('all 600 partitions')")
+        page.click("details summary")
+        page.wait_for("document.querySelectorAll('table.partitions tbody tr').length === 620")
+        # and it stays open across the next polls
+        time.sleep(2.5)
+        assert page.evaluate("document.querySelectorAll('table.partitions tbody tr').length") == 620

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import shutil
@@ -88,6 +89,9 @@ class Page:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self._process.kill()
+                self._process.wait(10)
+            if self._process.stderr is not None:
+                self._process.stderr.close()
 
     # -- what a person does -------------------------------------------------------------------
 
@@ -203,5 +207,6 @@ def _devtools_address(process: subprocess.Popen[bytes], timeout_s: float = 60.0)
 
 def _drain(process: subprocess.Popen[bytes]) -> None:
     assert process.stderr is not None
-    for _ in process.stderr:
-        pass
+    with contextlib.suppress(ValueError, OSError):  # closed by ``Page.close``
+        for _ in process.stderr:
+            pass
