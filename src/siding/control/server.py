@@ -46,7 +46,7 @@ class ControlServer:
         self._controls = controls
         self._token = token
         self._kafka = kafka
-        self._registry = metrics_registry(metrics.snapshot, queries)
+        self._registry = metrics_registry(metrics.snapshot, queries, kafka)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
