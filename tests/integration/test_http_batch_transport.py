@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ Answer = Callable[[web.Request, list[Delivery]], Awaitable[web.StreamResponse]]
 class Consumer:
     url: str = ""
     batches: list[list[Delivery]] = field(default_factory=list)
+    singles: list[str] = field(default_factory=list)
     answer: Answer | None = None
 
 
@@ -61,7 +63,9 @@ async def consumer() -> AsyncIterator[Consumer]:
     async def hook(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         verify_webhook(SECRET, dict(request.headers), body)
-        assert request.headers["content-type"] == "application/cloudevents-batch+json"
+        if request.headers["content-type"] != "application/cloudevents-batch+json":
+            state.singles.append(request.headers["webhook-id"])
+            return web.Response(status=204)
         batch = deliveries_from_batch(body)
         assert request.headers["webhook-id"] == f"batch:{batch[0].id}:{len(batch)}"
         assert request.headers["authorization"] == "Bearer t0ken"
@@ -207,3 +211,21 @@ async def test_a_body_that_is_not_an_answer_acks_and_a_broken_answer_never_does(
     assert json.loads(json.dumps([d.id for b in consumer.batches for d in b])) == [
         "orders/0/0", "orders/0/1", "orders/0/0", "orders/0/1",
     ]  # fmt: skip
+
+
+async def test_a_consumer_that_refuses_batches_with_415_gets_single_webhooks(
+    consumer: Consumer, transport: HttpBatchTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def no_batches(_request: web.Request, _batch: list[Delivery]) -> web.StreamResponse:
+        return web.Response(status=415, text="unsupported media type")
+
+    consumer.answer = no_batches
+    caplog.set_level(logging.WARNING, "siding.transport.http_batch")
+    first = await send_all(transport, [delivery(n) for n in range(3)])
+    then = await send_all(transport, [delivery(n) for n in range(3, 5)])
+    assert {o.kind for o in first + then} == {OutcomeKind.ACK}  # no attempt spent, none lost
+    assert len(consumer.batches) == 1  # the one refused
+    assert sorted(consumer.singles) == [f"orders/0/{n}" for n in range(5)]
+    assert not transport.batching
+    [line] = [r.getMessage() for r in caplog.records]
+    assert f"{consumer.url}') answered 415 to a batch" in line

@@ -20,6 +20,7 @@ from siding.model import Delivery, Outcome, OutcomeKind, Result, Verdict
 from siding.transport.batch_envelope import (
     NO_RESULT,
     SPLIT,
+    UNBATCHED,
     batch_id,
     batch_outcomes,
     envelope,
@@ -222,6 +223,7 @@ ANSWERS: list[tuple[int, dict[str, str], bytes, list[Outcome]]] = [
     (422, {}, b"", [SPLIT] * 3),
     (413, {}, b"", [SPLIT] * 3),
     (400, {}, b"", [SPLIT] * 3),
+    (415, {}, b"", [UNBATCHED] * 3),
 ]
 
 
@@ -239,6 +241,7 @@ def test_a_batch_of_one_refused_is_dead_with_its_reason() -> None:
     )
     [alone] = batch_outcomes([delivery(1)], 422, {}, b"", excerpt="bad currency")
     assert alone == Outcome(OutcomeKind.DEAD, "http 422: bad currency")
+    assert batch_outcomes([delivery(1)], 415, {}, b"") == [UNBATCHED]
 
 
 def test_an_answer_cut_short_is_never_taken_for_an_ack() -> None:

@@ -29,6 +29,8 @@ NO_RESULT = "no result for this delivery in the batch answer"
 # Every answer to a batch of one means what it would for that delivery alone; a batch of
 # several refused with a status that would dead-letter is sent again one delivery at a time.
 SPLIT = Outcome(OutcomeKind.RETRY, "refused as a batch: each delivery goes again alone")
+# 415 to a batch: the consumer does not take batches; each delivery goes again as a single webhook.
+UNBATCHED = Outcome(OutcomeKind.RETRY, "refused as a batch (415): sent again as a single webhook")
 # JSON text, the quotes and names of the fixed attributes, beyond the base64 of the payload.
 _EVENT_BYTES = 400
 _VERDICTS = {"ack": Verdict.ACK, "retry": Verdict.RETRY, "dead": Verdict.DEAD}
@@ -113,9 +115,12 @@ def batch_outcomes(
 
     ``body`` is the answer's body as read, ``complete`` whether it was read to its end;
     ``excerpt`` is the printable start of the body, appended to a failure's reason. A status
-    that would dead-letter a batch of several gives ``SPLIT`` for each: they go again alone.
+    that would dead-letter a batch of several gives ``SPLIT`` for each: they go again alone;
+    415 (the consumer does not take batches) gives ``UNBATCHED``: they go again as single webhooks.
     """
     count = len(deliveries)
+    if status == 415:
+        return [UNBATCHED] * count
     if not 200 <= status < 300:
         outcome = outcome_from_http(status, headers, now_s)
         if outcome.kind is OutcomeKind.DEAD and count > 1:

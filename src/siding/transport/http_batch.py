@@ -4,6 +4,7 @@ mode of docs/batch.md, and an outcome per delivery from the answer."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from siding.transport import signing
 from siding.transport.batch_envelope import (
     BATCH_CONTENT_TYPE,
     SPLIT,
+    UNBATCHED,
     batch_id,
     batch_outcomes,
     envelope,
@@ -29,8 +31,10 @@ from siding.transport.http import (
     outcome_from_request_error,
     read_body,
 )
-from siding.transport.outcomes import outcome_from_connection_error
+from siding.transport.outcomes import outcome_from_connection_error, outcome_from_timeout
 from siding.transport.tls import ClientTls
+
+log = logging.getLogger(__name__)
 
 # A per-delivery answer for 1,000 deliveries with long reasons fits; a longer one is not read.
 DEFAULT_MAX_ANSWER_BYTES = 4 * 1024 * 1024
@@ -51,7 +55,9 @@ class HttpBatchTransport(HttpTransport):
     as one request. Each ``send`` keeps its own deadline and gets its own outcome: from the
     answer's ``results`` for that delivery, from the status for every delivery of the batch,
     or, when a batch of several is refused with a status that would dead-letter (400, 413,
-    422, ...), from a request of its own made within its deadline (no attempt is spent).
+    422, ...), from a request of its own made within its deadline (no attempt is spent). A
+    consumer that answers 415 to a batch does not take batches: it is logged once, and this
+    transport sends it single webhooks from then on (the batch's deliveries first).
     """
 
     def __init__(
@@ -86,6 +92,7 @@ class HttpBatchTransport(HttpTransport):
             client_tls=client_tls,
         )
         self.limits = limits
+        self.batching = True
         self._gatherer: Gatherer[_Item] | None = None
         self._gatherer_loop: asyncio.AbstractEventLoop | None = None
         self._posts: set[asyncio.Task[None]] = set()
@@ -94,6 +101,8 @@ class HttpBatchTransport(HttpTransport):
         return "Batch" + super().__repr__()
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        if not self.batching:
+            return await super().send(delivery, deadline_s)
         loop = asyncio.get_running_loop()
         wait = Expiry(deadline_s)
         waiter: asyncio.Future[Outcome] = loop.create_future()
@@ -106,11 +115,27 @@ class HttpBatchTransport(HttpTransport):
             outcome = await waiter
             if outcome is SPLIT and not wait.expired:
                 (outcome,) = await self._post([item])  # its own timeout ends with the deadline
+            if outcome is UNBATCHED:
+                self._fall_back()
+                left = item.deadline - loop.time()
+                if wait.expired or left <= 0:
+                    return outcome_from_timeout(deadline_s)
+                outcome = await super().send(delivery, left)
+                return outcome_from_timeout(deadline_s) if outcome.no_answer else outcome
             return outcome
         finally:
             timer.cancel()
             if not waiter.done():
                 waiter.cancel()  # a batch not yet posted leaves it out
+
+    def _fall_back(self) -> None:
+        if self.batching:
+            self.batching = False
+            log.warning(
+                "the consumer at %r answered 415 to a batch: its deliveries go one per request"
+                " (single webhooks) from now on",
+                self,
+            )
 
     def _gathering(self, loop: asyncio.AbstractEventLoop) -> Gatherer[_Item]:
         if self._gatherer is None or self._gatherer_loop is not loop:
