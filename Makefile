@@ -5,15 +5,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars demo test test-unit test-integration lint proto bench clean
+.PHONY: setup jars demo test test-unit test-integration test-sdk-python lint proto bench clean
 
 setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools
 
-$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml
+# requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
+# it and siding itself are then installed editable.
+$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml sdk/python/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 or 3.12 (or run make PYTHON=/path/to/python3.12)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./sdk/python -e .
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/jars: $(STAMPS)/venv jvm/kafka/pom.xml jvm/spark/pom.xml src/siding/jvm.py
@@ -35,8 +37,12 @@ $(STAMPS)/tools:
 demo: setup
 	$(VENV)/bin/siding demo
 
-test: setup lint
+test: setup lint test-sdk-python
 	$(PY) -m pytest tests
+
+# The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
+test-sdk-python: setup
+	$(PY) -m pytest sdk/python/tests
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
@@ -45,9 +51,9 @@ test-integration: setup
 	$(PY) -m pytest tests/integration tests/e2e
 
 lint: $(STAMPS)/venv
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
-	$(VENV)/bin/mypy src tests bench
+	$(VENV)/bin/ruff check src tests bench sdk/python
+	$(VENV)/bin/ruff format --check src tests bench sdk/python
+	$(VENV)/bin/mypy src tests bench sdk/python/src sdk/python/tests
 	$(VENV)/bin/lint-imports
 
 proto: $(STAMPS)/venv

@@ -41,6 +41,9 @@ def closed_port() -> int:
 class Scripted(consumer_pb2_grpc.ConsumerServicer):
     """A hand-written consumer: the key says what to answer; remembers the metadata it saw."""
 
+    # Written before DeliverBatches: the generated base answers it UNIMPLEMENTED.
+    DeliverBatches = consumer_pb2_grpc.ConsumerServicer.DeliverBatches
+
     def __init__(self) -> None:
         self.authorization: list[str] = []
         self.streams = 0

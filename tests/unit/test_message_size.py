@@ -82,6 +82,9 @@ Context = grpc.aio.ServicerContext[object, object]
 
 
 class AckAll(consumer_pb2_grpc.ConsumerServicer):
+    # Written before DeliverBatches: the generated base answers it UNIMPLEMENTED.
+    DeliverBatches = consumer_pb2_grpc.ConsumerServicer.DeliverBatches
+
     async def Deliver(
         self, request: consumer_pb2.Delivery, _context: Context
     ) -> consumer_pb2.Result:
