@@ -41,9 +41,6 @@ def closed_port() -> int:
 class Scripted(consumer_pb2_grpc.ConsumerServicer):
     """A hand-written consumer: the key says what to answer; remembers the metadata it saw."""
 
-    # Written before DeliverBatches: the generated base answers it UNIMPLEMENTED.
-    DeliverBatches = consumer_pb2_grpc.ConsumerServicer.DeliverBatches
-
     def __init__(self) -> None:
         self.authorization: list[str] = []
         self.streams = 0
@@ -70,6 +67,13 @@ class Scripted(consumer_pb2_grpc.ConsumerServicer):
         if command == "retry":
             result.retry_after_seconds = 7.5
         return result
+
+    async def DeliverBatches(
+        self, _requests: AsyncIterator[consumer_pb2.DeliveryBatch], context: Context
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        # A consumer written before batched delivery: it does not implement the call.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batched delivery is not implemented")
+        yield consumer_pb2.ResultBatch()
 
     async def DeliverStream(
         self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context

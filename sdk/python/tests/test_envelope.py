@@ -31,6 +31,12 @@ BATCH = b"""[
 ]"""
 
 
+def _one(**fields: object) -> bytes:
+    """A one-event batch with the fields siding always sends, and ``fields``."""
+    event = {"id": "t/0/1", "sidingtopic": "t", "sidingpartition": 0, "sidingoffset": 1}
+    return json.dumps([event | fields]).encode()
+
+
 def test_a_batch_reads_as_its_deliveries() -> None:
     first, tombstone = deliveries_from_batch(BATCH)
     assert first == Delivery(
@@ -54,17 +60,24 @@ def test_a_batch_reads_as_its_deliveries() -> None:
     [
         (b"{", "not JSON"),
         (b"{}", "not a JSON array"),
-        (b"[1]", "event [0] is not a JSON object"),
-        (b'[{"id": ""}]', "event [0].id is missing"),
-        (b'[{"id": "t/0/1", "sidingoffset": "7"}]', "'t/0/1'.sidingoffset is not a int"),
-        (b'[{"id": "t/0/1", "data_base64": "%%"}]', "'t/0/1'.data_base64 is not valid base64"),
-        (b'[{"id": "t/0/1", "sidingheaders": [{"k": 1}]}]', "sidingheaders: an entry"),
-        (b'[{"id": "t/0/1", "time": "yesterday"}]', "'t/0/1'.time is not an RFC 3339 time"),
+        (b"[1]", "event 0 is not a JSON object"),
+        (b'[{"id": ""}, {"sidingtopic": "t"}]', "event 0: sidingtopic is missing"),
+        (b'[{"id": "t/0/1", "sidingtopic": "t", "sidingpartition": 0}]', "sidingoffset is missing"),
+        (_one(sidingoffset="7"), "event 0: sidingoffset is not a int"),
+        (_one(data_base64="%%"), "event 0: data_base64 is not valid base64"),
+        (_one(sidingheaders=[{"k": 1}]), r"sidingheaders\[0\] is not \{key, value_base64\}"),
+        (_one(sidingheaders=[{"key": "a"}]), "value_base64 is not a base64 string"),
+        (_one(time="yesterday"), "event 0: time is not RFC 3339"),
     ],
 )
 def test_a_bad_batch_is_an_error_naming_the_field(body: bytes, names: str) -> None:
-    with pytest.raises(EnvelopeError, match=names.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(EnvelopeError, match=names):
         deliveries_from_batch(body)
+
+
+def test_text_data_of_a_hand_made_event_is_taken_as_utf8() -> None:
+    [delivery] = deliveries_from_batch(_one(data="héllo"))
+    assert delivery.value == "héllo".encode()
 
 
 def test_a_single_request_reads_as_its_delivery() -> None:

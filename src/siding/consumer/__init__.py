@@ -2,9 +2,17 @@
 
 The SDK itself is the thin distribution ``siding-consumer`` (``sdk/python``, imported as
 ``siding_consumer``), which needs neither Spark nor Kafka: a consumer service should install
-that alone. Everything here is the same objects under the old names.
+that alone. Everything here is the same objects under the old names; the batch envelope helpers of
+``siding.consumer.batch`` work on the proxy's ``Result`` as before.
 """
 
+from siding.consumer.batch import (
+    BatchEnvelopeError,
+    answer_batch,
+    batch_answer,
+    deliveries_from_batch,
+    is_batch,
+)
 from siding_consumer import (
     ConsumerServer,
     DeadLetter,
@@ -24,6 +32,7 @@ from siding_consumer import (
 )
 
 __all__ = [
+    "BatchEnvelopeError",
     "ConsumerServer",
     "DeadLetter",
     "Delivery",
@@ -34,8 +43,12 @@ __all__ = [
     "WebhookVerificationError",
     "WebhookVerifier",
     "ack",
+    "answer_batch",
     "backoff",
+    "batch_answer",
     "dead",
+    "deliveries_from_batch",
+    "is_batch",
     "retry",
     "serve",
     "verify_webhook",

@@ -102,57 +102,75 @@ def deliveries_from_batch(body: bytes) -> list[Delivery]:
         raise EnvelopeError(f"the batch is not JSON: {error}") from None
     if not isinstance(events, list):
         raise EnvelopeError("the batch is not a JSON array of events")
-    return [_delivery_from_event(event, index) for index, event in enumerate(events)]
+    return [delivery_from_event(event, index) for index, event in enumerate(events)]
 
 
-def _delivery_from_event(event: object, index: int) -> Delivery:
-    where = f"event [{index}]"
-    if not isinstance(event, dict):
-        raise EnvelopeError(f"{where} is not a JSON object")
-    delivery_id = event.get("id")
-    if not isinstance(delivery_id, str) or not delivery_id:
-        raise EnvelopeError(f"{where}.id is missing")
-    where = f"event {delivery_id!r}"
+def delivery_from_event(event: object, index: int = 0) -> Delivery:
+    """One structured-mode CloudEvent of a batch (the ``index``-th, for errors) as a Delivery."""
+    if not isinstance(event, Mapping):
+        raise EnvelopeError(f"event {index} is not a JSON object")
+    where = f"event {index}"
     headers = event.get("sidingheaders", [])
     if not isinstance(headers, list):
-        raise EnvelopeError(f"{where}.sidingheaders is not a list")
+        raise EnvelopeError(f"{where}: sidingheaders is not a list")
     return Delivery(
-        id=delivery_id,
-        topic=_field(event, "sidingtopic", str, "", where),
-        partition=_field(event, "sidingpartition", int, 0, where),
-        offset=_field(event, "sidingoffset", int, 0, where),
-        key=_optional_bytes(event, "sidingkey", where),
-        value=_optional_bytes(event, "data_base64", where),
-        headers=tuple(_header(h, f"{where}.sidingheaders") for h in headers),
-        timestamp_ms=_timestamp_ms(event.get("time"), f"{where}.time"),
-        attempt=_field(event, "sidingattempt", int, 1, where),
-        lane=_field(event, "sidinglane", int, 0, where),
+        id=_field(event, "id", str, where),
+        topic=_field(event, "sidingtopic", str, where),
+        partition=_field(event, "sidingpartition", int, where),
+        offset=_field(event, "sidingoffset", int, where),
+        key=_bytes(event, "sidingkey", where),
+        value=_value(event, where),
+        headers=tuple(_header(h, f"{where}: sidingheaders[{n}]") for n, h in enumerate(headers)),
+        timestamp_ms=_event_time(event.get("time"), where),
+        attempt=_field(event, "sidingattempt", int, where, 1),
+        lane=_field(event, "sidinglane", int, where, 0),
     )
 
 
-def _field(event: Mapping[str, Any], name: str, kind: type[Any], default: Any, where: str) -> Any:
+def _field(event: Mapping[str, Any], name: str, kind: type, where: str, default: Any = None) -> Any:
     value = event.get(name, default)
+    if value is None:
+        raise EnvelopeError(f"{where}: {name} is missing")
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise EnvelopeError(f"{where}.{name} is not a {kind.__name__}: {value!r}")
+        raise EnvelopeError(f"{where}: {name} is not a {kind.__name__}")
     return value
 
 
-def _optional_bytes(event: Mapping[str, Any], name: str, where: str) -> bytes | None:
-    if name not in event:
-        return None
-    value = event[name]
-    if not isinstance(value, str):
-        raise EnvelopeError(f"{where}.{name} is not a base64 string")
-    return _unbase64(value, f"{where}.{name}")
+def _decode(text: object, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise EnvelopeError(f"{what} is not a base64 string")
+    return _unbase64(text, what)
 
 
-def _header(item: object, where: str) -> tuple[str, bytes]:
-    if not isinstance(item, dict) or not isinstance(item.get("key"), str):
-        raise EnvelopeError(f"{where}: an entry is not {{key, value_base64}}: {item!r}")
-    value = item.get("value_base64", "")
+def _bytes(event: Mapping[str, Any], name: str, where: str) -> bytes | None:
+    return _decode(event[name], f"{where}: {name}") if name in event else None
+
+
+def _value(event: Mapping[str, Any], where: str) -> bytes | None:
+    if "data_base64" in event:
+        return _decode(event["data_base64"], f"{where}: data_base64")
+    data = event.get("data")
+    if data is None:
+        return None  # a tombstone
+    # siding always sends data_base64; a hand-made event's text data is taken as UTF-8.
+    return data.encode() if isinstance(data, str) else json.dumps(data).encode()
+
+
+def _header(header: object, where: str) -> tuple[str, bytes]:
+    if not isinstance(header, Mapping) or not isinstance(header.get("key"), str):
+        raise EnvelopeError(f"{where} is not {{key, value_base64}}")
+    return header["key"], _decode(header.get("value_base64"), f"{where}.value_base64")
+
+
+def _event_time(value: object, where: str) -> int:
+    if value is None:
+        return 0
     if not isinstance(value, str):
-        raise EnvelopeError(f"{where}[{item['key']!r}].value_base64 is not a string")
-    return item["key"], _unbase64(value, f"{where}[{item['key']!r}]")
+        raise EnvelopeError(f"{where}: time is not a string")
+    try:
+        return round(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        raise EnvelopeError(f"{where}: time is not RFC 3339") from None
 
 
 def _unbase64(text: str, where: str) -> bytes:
