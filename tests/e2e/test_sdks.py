@@ -1,11 +1,12 @@
 """Every consumer SDK's example consumer, a real process, serves a real `siding run` on the
-embedded broker: one run, one route per language and transport, all reading the same topic.
+embedded broker: one run, a route per language, transport and batching, all reading one topic.
 
 Each route must show ACK, RETRY through a lane (retry on attempt 1, ack on attempt 2 from lane
-1), DEAD into its DLQ, and a binary value that arrives byte for byte. The example consumers
-share one protocol (the docstring of sdk/python/examples/e2e_consumer.py and
-sdk/go/examples/e2e/main.go): they answer by the record's key and write one JSON line per
-delivery. Another SDK joins by adding a row to ``SDKS``.
+1), DEAD into its DLQ, and a binary value that arrives byte for byte; a batched route must have
+been served by batches (``DeliverBatches``, CloudEvents batched mode). The example consumers
+share one protocol (docs/sdks.md, "End to end"): they answer by the record's key and write one
+JSON line per delivery, naming the call it came by, which tells the routes of one consumer
+apart. Another SDK joins by adding a row to ``SDKS``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "whsec_" + base64.b64encode(b"e2e-sdk-secret-32-bytes-long....").decode()
 BINARY = bytes(range(256)) + b"\x00\xff\xfe"  # every byte value, and not UTF-8
 RECORDS = {"ack": b"v-ack", "retry": b"v-retry", "dead": b"v-dead", "binary": BINARY}
+BATCH = {"max": 16, "linger": "20ms"}
+# The call a delivery comes by, per transport, unbatched and batched.
+CALLS = {
+    ("grpc", False): "DeliverStream",
+    ("grpc", True): "DeliverBatches",
+    ("http", False): "webhook",
+    ("http", True): "webhook-batch",
+}
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,8 @@ class Sdk:
 
     ``command(build_dir, listen)`` gives the argv for a consumer serving the ``listen``
     addresses by transport (``{"grpc": "127.0.0.1:P"}``), with ``--record FILE`` appended by the
-    test; ``build(build_dir)`` makes it runnable once (or ``None``).
+    test; ``build(build_dir)`` makes it runnable once (or ``None``). Every transport gets an
+    unbatched and a batched route.
     """
 
     language: str
@@ -145,20 +155,43 @@ def consumers(tmp_path: Path) -> Iterator[list[Consumer]]:
             stop_process(c.proc)
 
 
-def _route(name: str, topic: str, endpoint: str, http: bool) -> dict[str, object]:
-    route: dict[str, object] = {
+@dataclass(frozen=True)
+class Route:
+    consumer: Consumer
+    transport: str
+    batched: bool
+
+    @property
+    def call(self) -> str:
+        return CALLS[(self.transport, self.batched)]
+
+    def seen(self) -> list[dict[str, Any]]:
+        """What this route delivered: the consumer's lines of its transport and call."""
+        return [
+            line
+            for line in self.consumer.lines()
+            if (line["transport"], line["call"]) == (self.transport, self.call)
+        ]
+
+
+def _route(name: str, topic: str, route: Route) -> dict[str, object]:
+    address = route.consumer.listen[route.transport]
+    http = route.transport == "http"
+    config: dict[str, object] = {
         "name": name,
         "topic": topic,
         "group": f"{name}-group",
-        "endpoint": endpoint,
+        "endpoint": f"http://{address}/" if http else f"grpc://{address}",
         "deadline": "10s",
         "lanes": [{"delay": "300ms"}],
         "dlq_flood_min_batch": 1_000_000,
         "park": {"enabled": False},  # answers are instant: one streaming query fewer per route
     }
+    if route.batched:
+        config["batch"] = BATCH
     if http:
-        route["auth"] = {"webhook_secret": SECRET}
-    return route
+        config["auth"] = {"webhook_secret": SECRET}
+    return config
 
 
 def _config(bootstrap: str, routes: Sequence[Mapping[str, object]], checkpoints: Path) -> str:
@@ -166,7 +199,7 @@ def _config(bootstrap: str, routes: Sequence[Mapping[str, object]], checkpoints:
         "[kafka]",
         f"bootstrap = {toml_value(bootstrap)}",
         "[spark]",
-        'master = "local[2]"',
+        'master = "local[*]"',  # a task slot for every lane of every route at once
         f"checkpoint_dir = {toml_value(str(checkpoints))}",
         'trigger = "200ms"',
         "[control]",
@@ -197,30 +230,26 @@ def test_every_sdk_answers_a_real_siding_run(
     for key, value in RECORDS.items():
         producer.produce(topic, key=key.encode(), value=value)
     assert producer.flush(10) == 0
-    # And a route per language and transport, each to its SDK's example consumer
-    routes: dict[str, tuple[Consumer, str]] = {}
+    # And a route per language, transport and batching, each to its SDK's example consumer
+    routes: dict[str, Route] = {}
     for c in consumers:
         for transport in c.listen:
-            routes[f"sdk-{c.sdk.language}-{transport}-{topic[-8:]}"] = (c, transport)
-    config_routes = [
-        _route(name, topic, _endpoint(c, transport), transport == "http")
-        for name, (c, transport) in routes.items()
-    ]
+            for batched in (False, True):
+                suffix = "-batch" if batched else ""
+                name = f"sdk-{c.sdk.language}-{transport}{suffix}-{topic[-8:]}"
+                routes[name] = Route(c, transport, batched)
+    config_routes = [_route(name, topic, route) for name, route in routes.items()]
     text = _config(kafka.bootstrap, config_routes, tmp_path / "checkpoints")
     parsed = parse_config(text)  # a bad config fails here, not in the child
     config = tmp_path / "siding.toml"
     config.write_text(text)
     log = tmp_path / "siding.log"
 
-    def seen(name: str) -> list[dict[str, Any]]:
-        c, transport = routes[name]
-        return [line for line in c.lines() if line["transport"] == transport]
-
     def letters(name: str) -> list[Any]:
         return read_records(client, naming.route_dlq(parsed.route_named(name)))
 
     def done(name: str) -> bool:
-        retried = any(s["key"] == "retry" and s["attempt"] == 2 for s in seen(name))
+        retried = any(s["key"] == "retry" and s["attempt"] == 2 for s in routes[name].seen())
         committed = committed_offsets(client, f"{name}-group", topic).get(0, -1) >= len(RECORDS)
         return retried and committed and bool(letters(name))
 
@@ -236,8 +265,8 @@ def test_every_sdk_answers_a_real_siding_run(
             wait_until(lambda n=name: done(n), timeout_s=240, what=f"route {name}", check=running)  # type: ignore[misc]
     assert proc.returncode == 0, log.read_text()[-3000:]
     # Then each route saw exactly what each answer means
-    for name in routes:
-        _check_route(name, seen(name), letters(name))
+    for name, route in routes.items():
+        _check_route(name, route.seen(), letters(name))
     # And every consumer stops gracefully on SIGTERM
     for c in consumers:
         c.proc.send_signal(signal.SIGTERM)
@@ -267,7 +296,7 @@ def _check_route(name: str, lines: list[dict[str, Any]], letters: list[Any]) -> 
         name,
         lines,
     )
-    assert len([s for s in lines if s["key"] == "ack"]) == 1, f"{name}: ack delivered twice"
+    assert len(lines) == len(by), f"{name}: a delivery came twice: {lines}"
     assert by[("ack", 1)]["verdict"] == "ack"
     # RETRY through a lane: answered retry in the main lane, acked from lane 1
     assert (by[("retry", 1)]["lane"], by[("retry", 1)]["verdict"]) == (0, "retry")
@@ -280,8 +309,3 @@ def _check_route(name: str, lines: list[dict[str, Any]], letters: list[Any]) -> 
     assert told is not None
     assert told.origin.offset == 2
     assert told.reason.endswith("dead on purpose"), told.reason
-
-
-def _endpoint(c: Consumer, transport: str) -> str:
-    address = c.listen[transport]
-    return f"http://{address}/" if transport == "http" else f"grpc://{address}"

@@ -29,3 +29,16 @@ func call(ctx context.Context, h Handler, d Delivery, log *slog.Logger) (r Resul
 	}()
 	return h.Handle(ctx, d)
 }
+
+type callKey struct{}
+
+// Call tells how the delivery a handler is given arrived: "Deliver", "DeliverStream",
+// "DeliverBatches", "webhook" or "webhook-batch" ("" outside a handler); for metrics and logs.
+func Call(ctx context.Context) string {
+	name, _ := ctx.Value(callKey{}).(string)
+	return name
+}
+
+func withCall(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, callKey{}, name)
+}

@@ -179,7 +179,7 @@ func (v *service) Deliver(ctx context.Context, m *sidingv1.Delivery) (*sidingv1.
 		return nil, errStopping
 	}
 	defer v.s.inflight.Done()
-	r := v.s.answer(ctx, m)
+	r := v.s.answer(withCall(ctx, "Deliver"), m)
 	if r.IsBackoff() {
 		return nil, status.Error(codes.ResourceExhausted, r.Reason())
 	}
@@ -199,7 +199,7 @@ func (v *service) DeliverStream(stream grpc.BidiStreamingServer[sidingv1.Deliver
 		}
 		return nil
 	}
-	return v.s.session(stream.Context(), recv, send)
+	return v.s.session(withCall(stream.Context(), "DeliverStream"), recv, send)
 }
 
 func (v *service) DeliverBatches(stream grpc.BidiStreamingServer[sidingv1.DeliveryBatch, sidingv1.ResultBatch]) error {
@@ -210,7 +210,7 @@ func (v *service) DeliverBatches(stream grpc.BidiStreamingServer[sidingv1.Delive
 	send := func(results []*sidingv1.Result) error {
 		return stream.Send(&sidingv1.ResultBatch{Results: results})
 	}
-	return v.s.session(stream.Context(), recv, send)
+	return v.s.session(withCall(stream.Context(), "DeliverBatches"), recv, send)
 }
 
 // session serves one stream: every delivery read is handled in its own goroutine, results go

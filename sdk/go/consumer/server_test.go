@@ -30,8 +30,10 @@ var allBytes = func() []byte {
 }()
 
 // byKey answers as each delivery's key says.
-var byKey = HandlerFunc(func(_ context.Context, d Delivery) Result {
+var byKey = HandlerFunc(func(ctx context.Context, d Delivery) Result {
 	switch string(d.Key) {
+	case "call":
+		return Dead(Call(ctx))
 	case "retry":
 		return Retry(1500*time.Millisecond, "later")
 	case "dead":
@@ -339,6 +341,29 @@ func TestStopCancelsWhatOutlivesTheGracePeriod(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Errorf("stop took %v", waited)
+	}
+}
+
+func TestCallTellsHowADeliveryArrived(t *testing.T) {
+	client, _, _ := serve(t, byKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := client.Deliver(ctx, delivery(1, "call", nil))
+	if err != nil || r.GetReason() != "Deliver" {
+		t.Errorf("unary: %v %v", r, err)
+	}
+	stream, _ := client.DeliverStream(ctx)
+	_ = stream.Send(delivery(2, "call", nil))
+	if r, err := stream.Recv(); err != nil || r.GetReason() != "DeliverStream" {
+		t.Errorf("stream: %v %v", r, err)
+	}
+	batches, _ := client.DeliverBatches(ctx)
+	_ = batches.Send(&sidingv1.DeliveryBatch{Deliveries: []*sidingv1.Delivery{delivery(3, "call", nil)}})
+	if b, err := batches.Recv(); err != nil || b.GetResults()[0].GetReason() != "DeliverBatches" {
+		t.Errorf("batches: %v %v", b, err)
+	}
+	if Call(context.Background()) != "" {
+		t.Error("Call outside a handler is not empty")
 	}
 }
 

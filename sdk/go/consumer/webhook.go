@@ -105,12 +105,13 @@ func (wh *webhookHandler) respond(ctx context.Context, h http.Header, body []byt
 		if err != nil {
 			return httpAnswer{}, err
 		}
-		return singleAnswer(call(ctx, wh.handler, d, wh.opts.logger)), nil
+		return singleAnswer(call(withCall(ctx, "webhook"), wh.handler, d, wh.opts.logger)), nil
 	}
 	ds, err := deliveriesFromBatch(body)
 	if err != nil {
 		return httpAnswer{}, err
 	}
+	ctx = withCall(ctx, "webhook-batch")
 	rs := make([]Result, len(ds))
 	var wg sync.WaitGroup
 	for i, d := range ds {

@@ -94,6 +94,10 @@ func TestSingleAnswers(t *testing.T) {
 		{"panic", http.StatusInternalServerError, ""},
 		{"echo", http.StatusInternalServerError, ""}, // outputs need gRPC: never a silent ack
 	}
+	header := http.Header{"Ce-Id": {"t/0/1"}, "Webhook-Id": {"t/0/1"}, "Ce-Subject": {"call"}}
+	if _, _, body := post(t, srv.URL, header, nil, true); string(body) != "webhook" {
+		t.Errorf("Call in a single webhook: %q", body)
+	}
 	for _, tt := range tests {
 		header := http.Header{"Ce-Id": {"t/0/1"}, "Webhook-Id": {"t/0/1"}, "Ce-Subject": {tt.key}}
 		status, h, _ := post(t, srv.URL, header, []byte("v"), true)
@@ -126,13 +130,14 @@ const batchBody = `[
  {"specversion":"1.0","id":"orders/1/7","sidingattempt":3,"sidinglane":2,"sidingtopic":"orders",
   "sidingpartition":1,"sidingoffset":7,"sidingheaders":[]},
  {"id":"orders/1/8","sidingkey":"cmV0cnk=","sidingtopic":"orders","sidingpartition":1,"sidingoffset":8},
- {"id":"orders/1/9","sidingkey":"ZGVhZA==","sidingtopic":"orders","sidingpartition":1,"sidingoffset":9}
+ {"id":"orders/1/9","sidingkey":"ZGVhZA==","sidingtopic":"orders","sidingpartition":1,"sidingoffset":9},
+ {"id":"orders/1/10","sidingkey":"Y2FsbA==","sidingtopic":"orders","sidingpartition":1,"sidingoffset":10}
 ]`
 
 func TestABatchIsReadAndAnsweredPerDelivery(t *testing.T) {
 	h, seen := recording(byKey)
 	srv := webhookServer(t, h)
-	header := http.Header{"Content-Type": {BatchContentType}, "Webhook-Id": {"batch:orders/0/42:4"}}
+	header := http.Header{"Content-Type": {BatchContentType}, "Webhook-Id": {"batch:orders/0/42:5"}}
 	status, _, body := post(t, srv.URL, header, []byte(batchBody), true)
 	if status != http.StatusOK {
 		t.Fatalf("status %d %s", status, body)
@@ -148,6 +153,7 @@ func TestABatchIsReadAndAnsweredPerDelivery(t *testing.T) {
 		{"id": "orders/1/7", "verdict": "ack"},
 		{"id": "orders/1/8", "verdict": "retry", "after": 1.5, "reason": "later"},
 		{"id": "orders/1/9", "verdict": "dead", "reason": "poison"},
+		{"id": "orders/1/10", "verdict": "dead", "reason": "webhook-batch"},
 	}
 	got, _ := json.Marshal(answer.Results)
 	expected, _ := json.Marshal(want)
@@ -155,7 +161,7 @@ func TestABatchIsReadAndAnsweredPerDelivery(t *testing.T) {
 		t.Errorf("results %s, want %s", got, expected)
 	}
 	byID := map[string]Delivery{}
-	for range 4 {
+	for range 5 {
 		d := <-seen
 		byID[d.ID] = d
 	}

@@ -1,5 +1,6 @@
 """The end-to-end consumer (tests/e2e/test_sdks.py): serves gRPC, answers by the record's key and
-writes one JSON line per delivery to --record.
+writes one JSON line per delivery to --record (with the call it came by: DeliverStream,
+DeliverBatches, ...).
 
     key "dead"  -> dead("dead on purpose")
     key "retry" -> retry on attempt 1, ack from attempt 2
@@ -13,7 +14,16 @@ import asyncio
 import json
 from pathlib import Path
 
-from siding_consumer import ConsumerServer, Delivery, Handler, Reply, ack, dead, retry
+from siding_consumer import (
+    ConsumerServer,
+    Delivery,
+    Handler,
+    Reply,
+    ack,
+    current_call,
+    dead,
+    retry,
+)
 from siding_consumer.server import until_signalled
 
 
@@ -32,6 +42,7 @@ def handler(record: Path) -> Handler:
         reply = answer(d)
         line = {
             "transport": "grpc",
+            "call": current_call(),
             "id": d.id,
             "key": (d.key or b"").decode(errors="replace"),
             "attempt": d.attempt,

@@ -22,6 +22,7 @@ from siding_consumer import (
     SidingError,
     ack,
     backoff,
+    current_call,
     dead,
     retry,
 )
@@ -54,6 +55,8 @@ async def by_key(d: Delivery) -> Reply:
             return backoff(2, "overloaded")
         case b"echo":
             return ack([Output("echo", key=d.key, value=d.value, headers=d.headers)])
+        case b"call":
+            return dead(current_call())
     return ack()
 
 
@@ -206,6 +209,20 @@ async def test_results_ready_together_leave_in_one_frame() -> None:
         assert await call.read() is grpc.aio.EOF  # type: ignore[attr-defined]
     assert sum(counts) == 64
     assert len(counts) < 64  # batched, not one frame per result
+
+
+async def test_current_call_tells_how_a_delivery_arrived() -> None:
+    async def one(message: object) -> AsyncIterator[object]:
+        yield message
+
+    async with running() as server, stub(server) as client:
+        unary = await client.Deliver(delivery(1, b"call"), timeout=5)
+        [stream] = [r async for r in client.DeliverStream(one(delivery(2, b"call")), timeout=5)]
+        frame = consumer_pb2.DeliveryBatch(deliveries=[delivery(3, b"call")])
+        [batch] = [b async for b in client.DeliverBatches(one(frame), timeout=5)]
+    assert (unary.reason, stream.reason) == ("Deliver", "DeliverStream")
+    assert batch.results[0].reason == "DeliverBatches"
+    assert current_call() == ""
 
 
 class Held:

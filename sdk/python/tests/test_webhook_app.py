@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from siding_consumer import ConfigError, Delivery, Reply, WebhookApp, ack, dead, retry
+from siding_consumer import (
+    ConfigError,
+    Delivery,
+    Reply,
+    WebhookApp,
+    ack,
+    current_call,
+    dead,
+    retry,
+)
 from siding_consumer.signing import sign
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
@@ -19,6 +28,8 @@ SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 async def by_key(d: Delivery) -> Reply:
     if d.key == b"dead":
         return dead("poison")
+    if d.key == b"call":
+        return dead(current_call())
     if d.key == b"retry":
         return retry(5, "later")
     return ack()
@@ -57,6 +68,8 @@ async def test_a_single_delivery_is_verified_and_answered_by_status() -> None:
     app = WebhookApp(by_key, SECRET)
     ok = signed("t/0/1", b"v", **{"ce-id": "t/0/1", "ce-subject": "dead"})
     assert await call(app, ok, b"v") == (422, b"poison")
+    which = signed("t/0/1", b"v", **{"ce-id": "t/0/1", "ce-subject": "call"})
+    assert await call(app, which, b"v") == (422, b"webhook")
     forged = {**ok, "webhook-signature": "v1,AAAA"}
     status, body = await call(app, forged, b"v")
     assert status == 401
@@ -73,11 +86,11 @@ async def test_a_batch_is_answered_per_delivery() -> None:
             "sidingkey": base64.b64encode(k).decode(),
             "data_base64": "AP8=",
         }
-        for n, k in enumerate([b"ok", b"dead", b"retry"])
+        for n, k in enumerate([b"ok", b"dead", b"retry", b"call"])
     ]
     body = json.dumps(events).encode()
     headers = signed(
-        "batch:t/0/0:3", body, **{"content-type": "application/cloudevents-batch+json"}
+        "batch:t/0/0:4", body, **{"content-type": "application/cloudevents-batch+json"}
     )
     status, answer = await call(WebhookApp(by_key, SECRET), headers, body)
     assert status == 200
@@ -85,6 +98,7 @@ async def test_a_batch_is_answered_per_delivery() -> None:
         {"id": "t/0/0", "verdict": "ack"},
         {"id": "t/0/1", "verdict": "dead", "reason": "poison"},
         {"id": "t/0/2", "verdict": "retry", "after": 5, "reason": "later"},
+        {"id": "t/0/3", "verdict": "dead", "reason": "webhook-batch"},
     ]
 
 

@@ -1,5 +1,6 @@
 // The end-to-end consumer (tests/e2e/test_sdks.py): serves gRPC and/or webhooks, answers by the
-// record's key and writes one JSON line per delivery to --record.
+// record's key and writes one JSON line per delivery to --record (with the call it came by:
+// DeliverStream, DeliverBatches, webhook, webhook-batch).
 //
 //	key "dead"  -> Dead("dead on purpose")
 //	key "retry" -> Retry on attempt 1, Ack from attempt 2
@@ -26,6 +27,7 @@ import (
 
 type line struct {
 	Transport string `json:"transport"`
+	Call      string `json:"call"`
 	ID        string `json:"id"`
 	Key       string `json:"key"`
 	Attempt   int32  `json:"attempt"`
@@ -40,7 +42,7 @@ type recorder struct {
 }
 
 func (r *recorder) handler(transport string) consumer.Handler {
-	return consumer.HandlerFunc(func(_ context.Context, d consumer.Delivery) consumer.Result {
+	return consumer.HandlerFunc(func(ctx context.Context, d consumer.Delivery) consumer.Result {
 		result := consumer.Ack()
 		switch string(d.Key) {
 		case "dead":
@@ -50,7 +52,7 @@ func (r *recorder) handler(transport string) consumer.Handler {
 				result = consumer.Retry(0, "retry once")
 			}
 		}
-		l := line{transport, d.ID, string(d.Key), d.Attempt, d.Lane, hex.EncodeToString(d.Value), result.Verdict().String()}
+		l := line{transport, consumer.Call(ctx), d.ID, string(d.Key), d.Attempt, d.Lane, hex.EncodeToString(d.Value), result.Verdict().String()}
 		text, _ := json.Marshal(l)
 		r.mu.Lock()
 		defer r.mu.Unlock()

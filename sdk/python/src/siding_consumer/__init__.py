@@ -29,7 +29,16 @@ themselves with ``verify_webhook`` (or the ``WebhookVerifier`` ASGI middleware).
 
 from siding_consumer.errors import ConfigError, SidingError
 from siding_consumer.model import Delivery, Output, Verdict
-from siding_consumer.reply import DeadLetter, Handler, Reply, ack, backoff, dead, retry
+from siding_consumer.reply import (
+    DeadLetter,
+    Handler,
+    Reply,
+    ack,
+    backoff,
+    current_call,
+    dead,
+    retry,
+)
 from siding_consumer.server import ConsumerServer, serve
 from siding_consumer.webhook import (
     WebhookApp,
@@ -53,6 +62,7 @@ __all__ = [
     "WebhookVerifier",
     "ack",
     "backoff",
+    "current_call",
     "dead",
     "retry",
     "serve",

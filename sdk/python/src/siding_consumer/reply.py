@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from siding_consumer.errors import SidingError
@@ -32,6 +33,16 @@ class Reply:
 
 
 Handler = Callable[[Delivery], Awaitable[Reply]]
+
+# How the delivery being handled arrived; set by the server and the webhook app.
+CALL: ContextVar[str] = ContextVar("siding_consumer_call", default="")
+
+
+def current_call() -> str:
+    """How the delivery being handled arrived: ``Deliver``, ``DeliverStream``,
+    ``DeliverBatches``, ``webhook`` or ``webhook-batch`` (empty outside a handler); for metrics
+    and logs."""
+    return CALL.get()
 
 
 class DeadLetter(SidingError):

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
 from siding_consumer.errors import SidingError
-from siding_consumer.reply import Handler, call_handler
+from siding_consumer.reply import CALL, Handler, call_handler
 from siding_consumer.v1 import consumer_pb2, consumer_pb2_grpc
 from siding_consumer.wire import CONSUMER_SERVICE, delivery_from_proto, reply_to_proto
 
@@ -154,6 +154,7 @@ class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
         request: consumer_pb2.Delivery,
         context: grpc.aio.ServicerContext[object, object],
     ) -> consumer_pb2.Result:
+        CALL.set("Deliver")
         result, backoff = await self.answer(request)
         if backoff:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, result.reason)
@@ -164,6 +165,7 @@ class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
         request_iterator: AsyncIterator[consumer_pb2.Delivery],
         context: grpc.aio.ServicerContext[object, object],  # noqa: ARG002
     ) -> AsyncIterator[consumer_pb2.Result]:
+        CALL.set("DeliverStream")  # the session's tasks inherit it
         session = self._open(_Session(self.answer, request_iterator, _single))
         try:
             async for result in session.one_by_one():
@@ -176,6 +178,7 @@ class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
         request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],
         context: grpc.aio.ServicerContext[object, object],  # noqa: ARG002
     ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        CALL.set("DeliverBatches")
         session = self._open(_Session(self.answer, request_iterator, _batch))
         try:
             async for frame in session.in_frames():

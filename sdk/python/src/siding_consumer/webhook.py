@@ -18,7 +18,7 @@ from siding_consumer.envelope import (
     is_batch,
     single_answer,
 )
-from siding_consumer.reply import Handler, call_handler
+from siding_consumer.reply import CALL, Handler, call_handler
 from siding_consumer.signing import (
     DEFAULT_TOLERANCE_S,
     WebhookVerificationError,
@@ -214,8 +214,10 @@ class WebhookApp:
     async def _respond(self, headers: Mapping[str, str], body: bytes) -> HttpAnswer:
         content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
         if not is_batch(content_type):
+            CALL.set("webhook")
             delivery = delivery_from_request(headers, body)
             return single_answer(await call_handler(self._handler, delivery))
+        CALL.set("webhook-batch")  # gather's tasks inherit it
         deliveries = deliveries_from_batch(body)
         replies = await asyncio.gather(*(call_handler(self._handler, d) for d in deliveries))
         return batch_answer(zip((d.id for d in deliveries), replies, strict=True))
