@@ -149,8 +149,9 @@ def test_siding_never_adopts_its_own_commits_and_never_leaves_a_gap(
     # after the verdict is carried out, the group equals the checkpoint on every partition the
     # checkpoint has, or the checkpoint follows the group
     for p, at in checkpoint.items():
-        after = verdict.moved.get(p, verdict.behind.get(p, group[p].offset if p in group else None))
-        assert after == (verdict.moved[p] if p in verdict.moved else at)
+        now = group[p].offset if p in group else None
+        after = verdict.moved.get(p, verdict.behind.get(p, now))
+        assert after == verdict.moved.get(p, at)
 
 
 def test_the_marks_and_the_audit_event() -> None:

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from siding.cli import logs
 from siding.config import load_config
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ def reset(
         target = positions.Target("datetime", at_ms=positions.parse_age(by_duration, now_ms))
     else:
         target = positions.Target("offsets", offsets=positions.parse_offsets(to_offset or ""))
+    logs.to_stderr("siding.offsets")
     config = load_config(path)
     outcome = moves.reset(config, route, target, execute=execute)
     if as_json:

@@ -81,9 +81,10 @@ class RouteOffsets:
         return dict(self.position.offsets.get(self.route.topic, {}))
 
 
-def look(config: SidingConfig, route: RouteConfig) -> RouteOffsets:
+def look(config: SidingConfig, route: RouteConfig, *, locked: bool = False) -> RouteOffsets:
     """Read the checkpoint, the group and the topic's extent (nothing is written). A checkpoint
-    of another route, topic or cluster is refused as ``siding run`` refuses it."""
+    of another route, topic or cluster is refused as ``siding run`` refuses it. ``locked``: the
+    caller holds the route's lock (nobody else runs it)."""
     route_dir = route_dir_of(config, route)
     client_conf = _client_conf(config)
     current = owner.Owner(route.name, route.topic, cluster_id(admin_client(client_conf)))
@@ -94,7 +95,7 @@ def look(config: SidingConfig, route: RouteConfig) -> RouteOffsets:
         extents=extents(client_conf, route.topic),
         position=offset_log.read_position(route_dir / MAIN),
         group=committed_positions(client_conf, route.group, route.topic),
-        running=holder(route_dir),
+        running=None if locked else holder(route_dir),
         pending_move=(route_dir / MOVE_FILE).exists(),
     )
 
@@ -241,7 +242,7 @@ def reset(
                     " offsets (`siding offsets show` works while it runs)"
                 ) from None
             finish_interrupted(route_dir, admin)
-        view = look(config, route)
+        view = look(config, route, locked=execute)
         by_time: Mapping[int, int | None] = {}
         if target.kind == "datetime":
             by_time = offsets_at(client_conf, route.topic, sorted(view.extents), target.at_ms)
