@@ -199,3 +199,38 @@ def test_a_reset_and_a_group_moved_by_kafka_tooling_decide_where_the_route_start
         {"partition": 1, "checkpoint": 10, "group": 10, "new": 10},
     ]
     assert events[1]["partitions"][1] == {"partition": 1, "checkpoint": 10, "group": 16, "new": 16}
+
+
+def test_a_route_without_a_checkpoint_position_moves_its_group_alone(
+    kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str]
+) -> None:
+    # Given a route that never ran a batch: Spark made its checkpoint folder and wrote the offsets
+    # its source started from, but no batch (the source would start there again, not from the
+    # group)
+    topic, bootstrap = topic_name("fresh"), kafka.bootstrap
+    ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(topic, 2)])
+    _produce(bootstrap, topic, range(5))
+    name, group = f"fresh-{topic[-8:]}", f"{topic}-g"
+    route = {"name": name, "topic": topic, "group": group, "endpoint": "grpc://127.0.0.1:1"}
+    checkpoints, config = tmp_path / "checkpoints", tmp_path / "siding.toml"
+    config.write_text(config_text(bootstrap, route, checkpoint_dir=checkpoints))
+    started = checkpoints / name / "main" / "sources" / "0"
+    started.mkdir(parents=True)
+    (started / "0").write_bytes(b"\x00v1\n" + json.dumps({topic: {"0": 0, "1": 0}}).encode())
+    offsets = _Commands(config, name)
+    assert _column(offsets.show(), "checkpoint") == {0: None, 1: None}
+
+    # When it is reset to the latest offsets
+    done = offsets.executed("--to-latest")
+
+    # Then the group alone moved, marked as siding's, and the folder is set aside (not deleted)
+    # so that the route starts from the group
+    assert done["new_batch"] is None
+    shown = offsets.show()
+    assert _column(shown, "group") == {0: 5, 1: 5} and _column(shown, "lag") == {0: 0, 1: 0}
+    assert _column(shown, "group_by") == {0: "siding", 1: "siding"}
+    assert not (checkpoints / name / "main").exists()
+    (aside,) = (checkpoints / name).glob("main.set-aside-*")
+    assert (aside / "sources" / "0" / "0").exists()
+    events = _audit_trail({"bootstrap.servers": bootstrap}, name)
+    assert [(e["command"], e["batch"], e["count"]) for e in events] == [("offsets reset", None, 2)]
