@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ class Move:
     set_aside: str | None = None
 
     def to_json(self) -> str:
-        data = {**self.__dict__, "offsets": {str(p): o for p, o in self.offsets.items()}}
+        data = {**asdict(self), "offsets": {str(p): o for p, o in self.offsets.items()}}
         return json.dumps({"version": 1, **data}, indent=1) + "\n"
 
     @classmethod
@@ -197,6 +197,15 @@ def audit(
         producer.close()
 
 
+def _audit_failed(
+    client_conf: Mapping[str, object], route: RouteConfig, event: Mapping[str, object]
+) -> None:
+    try:
+        audit(client_conf, route, {**event, "status": "failed"})
+    except Exception:  # the move's own error is the one to report
+        log.exception("route %s: the audit event of a failed move was not written", route.name)
+
+
 def _event(
     command: str, view: RouteOffsets, plan: positions.Plan, move: Move, target: str
 ) -> dict[str, object]:
@@ -251,16 +260,13 @@ def reset(
         if not execute or not planned.moves:
             return ResetOutcome(view, planned, executed=False)
         move = prepare(view, planned.new_offsets(), positions.mark("reset"))
-        status = "failed"
+        event = _event("offsets reset", view, planned, move, target.describe())
         try:
             carry_out(route_dir, move, admin)
-            status = "ok"
-        finally:
-            event = {
-                **_event("offsets reset", view, planned, move, target.describe()),
-                "status": status,
-            }
-            audit(client_conf, route, event)
+        except BaseException:
+            _audit_failed(client_conf, route, event)
+            raise
+        audit(client_conf, route, {**event, "status": "ok"})
         log.info(
             "route %s: offsets reset (%s) by %s: %s",
             route.name,

@@ -101,17 +101,15 @@ def targets(target: Target, extents: Extents, by_time: Mapping[int, int | None])
     if target.kind == "latest":
         return {p: high for p, (_, high) in extents.items()}
     if target.kind == "datetime":
-        found = {p: by_time.get(p) for p in extents}
-        return {
-            p: high if found[p] is None else int(found[p] or 0) for p, (_, high) in extents.items()
-        }
-    chosen: dict[int, int] = {}
+        chosen = {p: by_time.get(p) for p in extents}
+        return {p: high if (at := chosen[p]) is None else at for p, (_, high) in extents.items()}
+    named: dict[int, int] = {}
     for p, offset in sorted(target.offsets.items()):
         if p not in extents:
             known = ", ".join(str(q) for q in sorted(extents))
             raise OffsetsError(f"--to-offset: partition {p} does not exist (partitions: {known})")
-        chosen[p] = within(p, offset, extents[p], "--to-offset")
-    return chosen
+        named[p] = within(p, offset, extents[p], "--to-offset")
+    return named
 
 
 def within(partition: int, offset: int, extent: tuple[int, int], what: str) -> int:
