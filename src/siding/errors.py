@@ -17,6 +17,7 @@ __all__ = [
     "DlqFloodError",
     "DurableWriteError",
     "EndpointGoneError",
+    "OffsetsError",
     "SetupError",
     "SidingError",
     "TransportError",
