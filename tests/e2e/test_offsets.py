@@ -8,7 +8,9 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _ENTRY = "from siding.cli.main import main; main()"
-BASE_MS = 1_700_000_000_000  # record timestamps: offset n of each partition at BASE_MS + n s
+# Record timestamps: offset n of each partition at BASE_MS + n s. Recent: the broker deletes
+# records older than its retention (7 days) by their timestamps.
+BASE_MS = (int(time.time()) - 3600) * 1000
 
 
 def _produce(bootstrap: str, topic: str, offsets: range) -> None:
@@ -157,7 +161,8 @@ def test_a_reset_and_a_group_moved_by_kafka_tooling_decide_where_the_route_start
     # Then each reset mode plans its offsets, and a dry run changes nothing
     assert offsets.planned("--to-earliest") == {0: 0, 1: 0}
     assert offsets.planned("--to-latest") == {0: 20, 1: 20}
-    assert offsets.planned("--to-datetime", "2023-11-14T22:13:35Z") == {0: 15, 1: 15}  # +15 s
+    at = datetime.fromtimestamp(BASE_MS / 1000 + 15, UTC).isoformat()  # offset 15's time
+    assert offsets.planned("--to-datetime", at) == {0: 15, 1: 15}
     assert offsets.planned("--to-offset", "0:13") == {0: 13, 1: 10}
     assert offset_log.read_position(query) == before  # neither the checkpoint
     assert offsets.show()["partitions"] == shown["partitions"]  # nor the group moved
