@@ -29,6 +29,7 @@ from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.kafka.reader import read_records as read_topic
 from siding.model import delivery_id
 from siding.pipeline import offset_log
+from siding.pipeline.moves import MOVE_FILE, Move
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -239,3 +240,12 @@ def test_a_route_without_a_checkpoint_position_moves_its_group_alone(
     assert (aside / "sources" / "0" / "0").exists()
     events = _audit_trail({"bootstrap.servers": bootstrap}, name)
     assert [(e["command"], e["batch"], e["count"]) for e in events] == [("offsets reset", None, 2)]
+
+    # And a move interrupted after it was written down (before the group commit) is finished
+    # first by the next reset, so the checkpoint and the group never stay apart
+    interrupted = Move(group, topic, {0: 2, 1: 2}, "siding:reset")
+    (checkpoints / name / MOVE_FILE).write_text(interrupted.to_json())
+    assert offsets.show()["pending_move"] is True
+    offsets.executed("--to-offset", "0:3")
+    shown = offsets.show()
+    assert _column(shown, "group") == {0: 3, 1: 2} and shown["pending_move"] is False
