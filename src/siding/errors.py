@@ -17,6 +17,7 @@ __all__ = [
     "DlqFloodError",
     "DurableWriteError",
     "EndpointGoneError",
+    "OffsetsError",
     "SetupError",
     "SidingError",
     "TransportError",
@@ -57,3 +58,7 @@ class DlqError(SidingError):
 
 class CheckpointError(SidingError):
     """A route's checkpoint belongs to another cluster, topic or route; it must not be used."""
+
+
+class OffsetsError(SidingError):
+    """A route's offsets cannot be shown or moved (route running, bad target, odd checkpoint)."""

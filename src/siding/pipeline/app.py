@@ -25,12 +25,13 @@ from siding.kafka.admin import (
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
 from siding.model import Ordering
-from siding.pipeline import owner
+from siding.pipeline import moves, owner
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
+from siding.pipeline.route_lock import RouteLock
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
 from siding.pipeline.source import source_options, starting_offsets, starting_offsets_of
@@ -68,6 +69,7 @@ class Application:
     _producers: list[DurableProducer] = field(default_factory=list)
     _tails: list[TopicTail] = field(default_factory=list)
     _present: set[str] = field(default_factory=set)
+    _locks: list[RouteLock] = field(default_factory=list)
     controls: RouteControls = field(default_factory=RouteControls)
 
     def __post_init__(self) -> None:
@@ -76,13 +78,23 @@ class Application:
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
         ``spark`` is used (and left running on ``stop``); otherwise one is built from the config."""
+        try:
+            self._start()
+        except BaseException:
+            self._release_locks()  # a failed start holds no route (``stop`` may never come)
+            raise
+
+    def _start(self) -> None:
         config = self.config
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
         to_claim = self._check_owners(admin)
-        partitions_of = {route.name: self._prepare_topics(admin, route) for route in config.route}
+        self._lock_routes()
+        partitions_of = {r.name: self._prepare_topics(admin, r) for r in config.route}
         for route_dir, current in to_claim:
             owner.claim(route_dir, current)
+        for route in config.route:
+            moves.reconcile_at_start(config, route, admin)
         if self.spark is None:
             slots = sum(task_slots(r, partitions_of[r.name]) for r in config.route)
             self.spark = build_session(
@@ -189,6 +201,22 @@ class Application:
             if owner.check(route_dir, current, naming.lane_label(0)).write:
                 to_claim.append((route_dir, current))
         return to_claim
+
+    def _lock_routes(self) -> None:
+        """Hold each route's checkpoint while running: a second siding on it, or an offsets
+        reset, is refused (``siding.pipeline.route_lock``)."""
+        base = owner.local_dir(self.config.spark.checkpoint_dir)
+        if base is None:
+            return
+        for route in self.config.route:
+            route_dir = base / naming.route_checkpoint_subdir(route.name)
+            what = f"siding run of route {route.name}"
+            self._locks.append(RouteLock(route_dir, what).acquire(wait_s=2.0))
+
+    def _release_locks(self) -> None:
+        locks, self._locks = self._locks, []
+        for lock in locks:
+            lock.release()
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
@@ -318,6 +346,7 @@ class Application:
             producer.close()
         for tail in self._tails:
             tail.close()
+        self._release_locks()
 
 
 def _short(text: str) -> str:
