@@ -1,10 +1,13 @@
 """Transport micro-benchmark: messages/s and client CPU per message for gRPC unary, gRPC stream
-and HTTP webhooks, each against a simulated consumer (zero latency) in its own process on
-loopback, so only the client's CPU is counted.
+and HTTP webhooks, and batched delivery (docs/batch.md) over gRPC and HTTP at several batch
+sizes, each against a simulated consumer (zero latency) in its own process on loopback, so only
+the client's CPU is counted.
 
-    python -m bench.transport_bench [--count 20000] [--in-flight 256]
+    python -m bench.transport_bench [--count 20000] [--in-flight 256] [--batches 1,16,64,256]
 
-Writes bench/results/transport.json and prints a table.
+A batched run keeps at least two full batches in flight (``max(in_flight, 2 * batch)``), as a
+dispatcher with ``max_in_flight`` of that size would. Writes bench/results/transport.json and
+prints a table, with each batched run's CPU per message as a share of its transport unbatched.
 """
 
 from __future__ import annotations
@@ -24,15 +27,21 @@ from pathlib import Path
 from siding.devkit.sim_consumer import SimConsumerProcess, SimSettings
 from siding.model import Delivery
 from siding.transport.base import Transport
+from siding.transport.batching import BatchLimits
+from siding.transport.grpc_batch import GrpcBatchTransport
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
 from siding.transport.http import HttpTransport
+from siding.transport.http_batch import HttpBatchTransport
 
 RESULTS = Path(__file__).parent / "results" / "transport.json"
 SECRET = "whsec_" + "YmVuY2htYXJrLXNpZ25pbmctc2VjcmV0LTEyMzQ1Ng=="
 DEADLINE_S = 30.0
 WARMUP = 1_000
 PAYLOAD = b'{"order": 12345, "amount": "19.99", "currency": "EUR"}'
+BATCHES = (1, 16, 64, 256)
+LINGER_S = 0.005
+MAX_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +53,7 @@ class Run:
     msgs_per_s: float
     client_cpu_us_per_msg: float
     outcomes: dict[str, int]
+    batch: int = 0  # 0: one delivery per message (no batching)
 
 
 def deliveries(count: int, first: int = 0) -> list[Delivery]:
@@ -67,23 +77,25 @@ async def drive(transport: Transport, batch: list[Delivery], in_flight: int) -> 
     return outcomes
 
 
-async def measure(name: str, make: Callable[[], Transport], count: int, in_flight: int) -> Run:
+async def measure(
+    name: str, make: Callable[[], Transport], count: int, in_flight: int, batch: int = 0
+) -> Run:
     transport = make()
     try:
         await drive(transport, deliveries(WARMUP, first=10**9), in_flight)
-        batch = deliveries(count)
+        messages = deliveries(count)
         cpu, wall = time.process_time(), time.perf_counter()
-        outcomes = await drive(transport, batch, in_flight)
+        outcomes = await drive(transport, messages, in_flight)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     finally:
         await transport.close()
     return Run(
         name, count, in_flight, round(wall, 3), round(count / wall), round(cpu / count * 1e6, 1),
-        dict(outcomes),
+        dict(outcomes), batch,
     )  # fmt: skip
 
 
-def bench(count: int, in_flight: int) -> list[Run]:
+def bench(count: int, in_flight: int, batches: tuple[int, ...] = BATCHES) -> list[Run]:
     runs: list[Run] = []
     with SimConsumerProcess(SimSettings("grpc")) as sim:
         target = sim.target
@@ -95,6 +107,15 @@ def bench(count: int, in_flight: int) -> list[Run]:
                 measure("grpc-stream", lambda: GrpcStreamTransport(target), count, in_flight)
             )
         )
+        for size in batches:
+            limits = BatchLimits(size, LINGER_S, MAX_BYTES)
+
+            def grpc_batch(limits: BatchLimits = limits) -> Transport:
+                return GrpcBatchTransport(target, limits=limits)
+
+            window = max(in_flight, 2 * size)
+            name = f"grpc-batch/{size}"
+            runs.append(asyncio.run(measure(name, grpc_batch, count, window, size)))
     with SimConsumerProcess(SimSettings("http", webhook_secret=SECRET)) as sim:
         url = sim.url
 
@@ -102,6 +123,17 @@ def bench(count: int, in_flight: int) -> list[Run]:
             return HttpTransport(url, secret=SECRET, max_connections=in_flight)
 
         runs.append(asyncio.run(measure("http (signed)", http, count, in_flight)))
+        for size in batches:
+            limits = BatchLimits(size, LINGER_S, MAX_BYTES)
+
+            def http_batch(limits: BatchLimits = limits) -> Transport:
+                return HttpBatchTransport(
+                    url, limits=limits, secret=SECRET, max_connections=in_flight
+                )
+
+            window = max(in_flight, 2 * size)
+            name = f"http-batch/{size} (signed)"
+            runs.append(asyncio.run(measure(name, http_batch, count, window, size)))
     return runs  # fmt: skip
 
 
@@ -116,14 +148,23 @@ def environment() -> dict[str, object]:
     }
 
 
+def unbatched(runs: list[Run], run: Run) -> Run | None:
+    """The one-message-per-delivery run of the same transport as the batched ``run``."""
+    family = "grpc-stream" if run.transport.startswith("grpc") else "http (signed)"
+    return next((r for r in runs if r.transport == family), None)
+
+
 def table(runs: list[Run]) -> str:
     lines = [
-        f"{'transport':<15} {'msgs':>7} {'in flight':>9} {'msgs/s':>8} {'client CPU µs/msg':>18}"
+        f"{'transport':<24} {'msgs':>7} {'in flight':>9} {'msgs/s':>8} {'client CPU µs/msg':>18}"
+        f" {'vs unbatched':>12}"
     ]
     for r in runs:
+        base = unbatched(runs, r) if r.batch else None
+        share = f"{r.client_cpu_us_per_msg / base.client_cpu_us_per_msg:.2f}" if base else ""
         lines.append(
-            f"{r.transport:<15} {r.messages:>7} {r.in_flight:>9} {r.msgs_per_s:>8.0f}"
-            f" {r.client_cpu_us_per_msg:>18.1f}"
+            f"{r.transport:<24} {r.messages:>7} {r.in_flight:>9} {r.msgs_per_s:>8.0f}"
+            f" {r.client_cpu_us_per_msg:>18.1f} {share:>12}"
         )
     return "\n".join(lines)
 
@@ -133,11 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--in-flight", type=int, default=256)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--batches", default=",".join(map(str, BATCHES)), help="batch sizes, comma-separated"
+    )
     args = parser.parse_args(argv)
-    runs = bench(args.count, args.in_flight)
+    batches = tuple(int(b) for b in args.batches.split(",") if b.strip())
+    runs = bench(args.count, args.in_flight, batches)
     report = {
         "benchmark": "transport",
         "environment": environment(),
+        "batch_linger_s": LINGER_S,
         "runs": [asdict(r) for r in runs],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from siding.config import (
 )
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
+from siding.transport.factory import batch_limits, make_transport
 
 BASE = """
 [kafka]
@@ -69,6 +70,48 @@ def test_lanes_become_model_lanes_with_the_route_deadline_as_default() -> None:
     assert route.lanes_as_model() == (
         Lane(delay_s=90.0, deadline_s=20.0, attempts=1),
         Lane(delay_s=0.25, deadline_s=2.0, attempts=3),
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "endpoint", "expected"),
+    [
+        ("", "grpc://127.0.0.1:50051", None),
+        (
+            'batch = { max = 64, linger = "5ms" }',
+            "grpc://127.0.0.1:50051",
+            ("GrpcBatch", 64, 0.005, 4 << 20),
+        ),
+        ("batch = {}", "grpc://127.0.0.1:50051", ("GrpcBatch", 64, 0.005, 4 << 20)),
+        (
+            'batch = { max = 1000, linger = "1s" }\nmax_message_bytes = 65536',
+            "grpc://127.0.0.1:50051",
+            ("GrpcBatch", 1000, 1.0, 65536),
+        ),
+        (
+            'batch = { max = 1, linger = "0s" }',
+            "http://127.0.0.1:8080/hook",
+            ("HttpBatch", 1, 0.0, 4 << 20),
+        ),
+    ],
+)
+def test_a_batched_route_gets_a_batching_transport(
+    line: str, endpoint: str, expected: tuple[str, int, float, int] | None
+) -> None:
+    text = BASE.replace("grpc://127.0.0.1:50051", endpoint) + line + "\n"
+    route = parse_config(text, env={}).route[0]
+    transport = make_transport(route, route.endpoint[0], 10)
+    limits = batch_limits(route)
+    if expected is None:
+        assert limits is None and route.batch is None
+        assert type(transport).__name__ == "GrpcStreamTransport"
+        return
+    kind, *numbers = expected
+    assert limits is not None
+    assert (limits.max_items, limits.linger_s, limits.max_bytes) == tuple(numbers)
+    assert type(transport).__name__ == f"{kind}Transport"
+    assert parse_config(text, env={}).redacted_dict()["route"][0]["batch"]["linger"] == (
+        format_duration(limits.linger_s)
     )
 
 

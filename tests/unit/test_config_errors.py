@@ -95,6 +95,15 @@ ROUTE_ERRORS = [
     ),
     (f'[route.auth]\nca_pem = "{PEM_CERT}"', "route[billing].auth.ca_pem", "needs a TLS endpoint"),
     ("[route.auth]\npassword = 'x'", "route[billing].auth.password", "unknown key"),
+    ("batch = { max = 0 }", "route[billing].batch.max", "must be at least 1"),
+    ("batch = { max = 1001 }", "route[billing].batch.max", "must be at most 1000"),
+    ("batch = { max = true }", "route[billing].batch.max", "not true/false"),
+    ('batch = { linger = "2s" }', "route[billing].batch.linger", "must be at most 1s"),
+    ("batch = { linger = 5 }", "route[billing].batch.linger", "bare number 5"),
+    ('batch = { linger = "-1ms" }', "route[billing].batch.linger", "negative"),
+    ("batch = { maxx = 5 }", "route[billing].batch.maxx", "unknown key (did you mean 'max'?)"),
+    ("batch = 64", "route[billing].batch", "expected a table"),
+    ('transport = "unary"\nbatch = { max = 8 }', "route[billing].batch", "transport = 'stream'"),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import tomllib
+import types
 import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -49,6 +50,10 @@ def _unwrap(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     if typing.get_origin(annotation) is tuple:
         inner, _ = _unwrap(typing.get_args(annotation)[0])
         return inner, True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # an optional table
+        tables = [_unwrap(arg) for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(tables) == 1 and tables[0][0] is not None:
+            return tables[0]
     return None, False
 
 

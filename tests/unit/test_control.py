@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,11 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from siding import naming
 from siding.control import ControlServer, QueryHealth, health_document, status_document
+from siding.control.kafka_view import LetterSummary, RouteKafka, lane_backlog, partition_lag
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.errors import SidingError
 from siding.model import OutcomeKind
 from siding.pipeline.metrics import MetricsSink
 from siding.pipeline.task import TaskResult, reason_class
+from tests.browser import Page
 
 Queries = list[QueryHealth]
 
@@ -311,16 +314,46 @@ def test_the_page_is_served_at_the_root_and_its_script_parses(
     assert checked.returncode == 0, checked.stderr.decode()
 
 
+def _facts() -> RouteKafka:
+    return RouteKafka(
+        partitions=(partition_lag("billing", 0, 0, 120, 100),),
+        lanes=(lane_backlog("retry-1", "siding.billing.retry-1", [], [1_000]),),
+        dlq_topic="siding.billing.dlq",
+        dlq_size=3,
+        letters=(LetterSummary("billing/0/7", "bad", "k", 1_000, 0, 2),),
+        polled_at_ms=5_000,
+        offered_per_s=12.5,
+    )
+
+
 def test_the_page_reads_only_fields_the_status_document_has(
-    server: ControlServer, metrics: MetricsSink
+    metrics: MetricsSink, queries: Queries
 ) -> None:
-    metrics.on_result("billing", 0, _batch(), 0.1)
-    _, doc = get_json(server, "/status")
+    metrics.on_result("billing", 0, _batch(open_breaker=True), 0.1)
+    control = ControlServer(
+        ("127.0.0.1", 0), metrics, lambda: list(queries), kafka=lambda _: _facts()
+    )
+    with control:
+        _, doc = get_json(control, "/status")
+        _, _, body = get(control, "/")
     route = next(r for r in doc["routes"] if r["name"] == "billing")
     lane = route["lanes"][0]
-    _, _, body = get(server, "/")
+    kafka = route["kafka"]
+    assert lane["breaker_transitions"] and kafka["partitions"] and kafka["dlq"]["latest"]
     script = body.decode().split("<script>", 1)[1]
-    for owner, fields in (("lane", lane), ("route", route), ("status", doc)):
+    # The page's names for each kind of object in the document.
+    owners = (
+        ("lane", lane),
+        ("route", route),
+        ("status", doc),
+        ("kafka", kafka),
+        ("p", kafka["partitions"][0]),
+        ("x", kafka["dlq"]["latest"][0]),
+        ("b", kafka["lanes"][0]),
+        ("t", lane["breaker_transitions"][0]),
+        ("dlq", kafka["dlq"]),
+    )
+    for owner, fields in owners:
         used = set(re.findall(rf"\b{owner}\.([a-z_]+)", script))
         if owner == "route":  # present when the server controls routes (test_route_controls)
             used.discard("control")
@@ -350,8 +383,7 @@ def test_the_page_rendered_by_headless_chromium_shows_the_status_numbers(
     assert ("billing" in dom and "healthy" in dom) or "unhealthy" in dom
     for value in (lane["records"], lane["acked"], lane["to_lane"], lane["to_dlq"]):
         assert f"{value:,}" in cells, (value, cells[:40])
-    shots = Path(os.environ.get("SIDING_SCREENSHOTS") or tmp_path)
-    shot = shots / "console.png"
+    shot = tmp_path / "console.png"  # the README's screenshots come from tests/e2e/test_console.py
     subprocess.run(
         [*base, "--window-size=1280,720", f"--screenshot={shot}", f"{server.url}/"],
         check=False,
@@ -359,3 +391,34 @@ def test_the_page_rendered_by_headless_chromium_shows_the_status_numbers(
         timeout=120,
     )
     assert shot.stat().st_size > 10_000
+
+
+def test_the_page_stays_usable_with_hundreds_of_partitions(
+    metrics: MetricsSink, queries: Queries, tmp_path: Path
+) -> None:
+    if shutil.which("chromium") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is needed (make setup installs it with apt)")
+        pytest.skip("chromium not installed")
+    # Given a route reading 600 partitions, one of them far behind
+    lags = tuple(partition_lag("wide", p, 0, 1_000, 1_000 - (p % 7)) for p in range(600))
+    lags = (*lags[:-1], partition_lag("wide", 599, 0, 50_000, 10))
+    facts = RouteKafka(partitions=lags, dlq_topic="siding.billing.dlq", polled_at_ms=1)
+    metrics.on_result("billing", 0, _batch(), 0.1)
+    control = ControlServer(("127.0.0.1", 0), metrics, lambda: list(queries), kafka=lambda _: facts)
+    with control, Page.open(control.url + "/", tmp_path / "profile") as page:
+        # When the page has rendered (several polls)
+        page.wait_for("document.querySelectorAll('table.partitions tbody tr').length > 0")
+        time.sleep(3)
+        # Then it lists only the most lagging partitions, the worst first, and all on demand
+        rows = page.evaluate(
+            "[...document.querySelectorAll('table.partitions')[0].tBodies[0].rows]"
+            ".map(r => r.cells[0].textContent)"
+        )
+        assert len(rows) == 20 and rows[0] == "wide-599"
+        assert page.evaluate("document.body.innerText.includes('all 600 partitions')")
+        page.click("details summary")
+        page.wait_for("document.querySelectorAll('table.partitions tbody tr').length === 620")
+        # and it stays open across the next polls
+        time.sleep(2.5)
+        assert page.evaluate("document.querySelectorAll('table.partitions tbody tr').length") == 620

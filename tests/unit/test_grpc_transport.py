@@ -68,6 +68,13 @@ class Scripted(consumer_pb2_grpc.ConsumerServicer):
             result.retry_after_seconds = 7.5
         return result
 
+    async def DeliverBatches(
+        self, _requests: AsyncIterator[consumer_pb2.DeliveryBatch], context: Context
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        # A consumer written before batched delivery: it does not implement the call.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batched delivery is not implemented")
+        yield consumer_pb2.ResultBatch()
+
     async def DeliverStream(
         self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context
     ) -> AsyncIterator[consumer_pb2.Result]:

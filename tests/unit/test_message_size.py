@@ -93,6 +93,13 @@ class AckAll(consumer_pb2_grpc.ConsumerServicer):
         async for request in request_iterator:
             yield consumer_pb2.Result(delivery_id=request.id, verdict=consumer_pb2.VERDICT_ACK)
 
+    async def DeliverBatches(
+        self, _requests: AsyncIterator[consumer_pb2.DeliveryBatch], context: Context
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        # A consumer written before batched delivery: it does not implement the call.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batched delivery is not implemented")
+        yield consumer_pb2.ResultBatch()
+
 
 async def test_a_consumer_with_grpcs_default_receive_limit_refuses_a_6_mib_delivery_as_dead() -> (
     None

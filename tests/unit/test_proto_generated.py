@@ -20,12 +20,14 @@ def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
     assert stale == [], f"generated code is stale, run `make proto`: {stale}"
 
 
-def test_the_contract_has_both_calls_and_optional_key_and_value() -> None:
+def test_the_contract_has_its_calls_and_optional_key_and_value() -> None:
     methods = {m.name: m for m in consumer_pb2.DESCRIPTOR.services_by_name["Consumer"].methods}
-    assert set(methods) == {"Deliver", "DeliverStream"}
-    stream = methods["DeliverStream"]
-    assert stream.client_streaming
-    assert stream.server_streaming
+    assert set(methods) == {"Deliver", "DeliverStream", "DeliverBatches"}
+    for name in ("DeliverStream", "DeliverBatches"):
+        assert methods[name].client_streaming
+        assert methods[name].server_streaming
+    assert methods["DeliverBatches"].input_type.name == "DeliveryBatch"
+    assert methods["DeliverBatches"].output_type.name == "ResultBatch"
     assert hasattr(consumer_pb2_grpc, "ConsumerStub")
     # Presence is tracked, so "no key" and "empty key" (and tombstones) stay distinct.
     message = consumer_pb2.Delivery()

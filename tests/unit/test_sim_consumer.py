@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -30,9 +31,13 @@ from siding.devkit.sim_consumer import (
 from siding.devkit.wait import wait_until
 from siding.errors import SidingError
 from siding.model import Delivery, Outcome, OutcomeKind
+from siding.transport.base import Transport
+from siding.transport.batching import BatchLimits
+from siding.transport.grpc_batch import GrpcBatchTransport
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
 from siding.transport.http import HttpTransport
+from siding.transport.http_batch import HttpBatchTransport
 
 SECRET = "whsec_" + "c2lkaW5nLXNpbXVsYXRlZC1jb25zdW1lcg=="
 IDS = [f"orders/{n % 4}/{n}" for n in range(4000)]
@@ -184,7 +189,7 @@ EXPECTED = {Fate.ACK: OutcomeKind.ACK, Fate.DEAD: OutcomeKind.DEAD, Fate.RETRY: 
 
 
 async def _send_all(
-    client: GrpcUnaryTransport | GrpcStreamTransport | HttpTransport,
+    client: Transport,
     deliveries: list[Delivery],
     deadline_s: float = 2.0,
 ) -> list[Outcome]:
@@ -194,20 +199,28 @@ async def _send_all(
         await client.close()
 
 
-@pytest.mark.parametrize("transport", ["grpc", "http"])
+def _client(transport: str, sim: SimConsumer) -> Transport:
+    limits = BatchLimits(max_items=16, linger_s=0.005, max_bytes=1 << 20)
+    if transport == "grpc":
+        return GrpcStreamTransport(sim.target)
+    if transport == "grpc-batch":
+        return GrpcBatchTransport(sim.target, limits=limits)
+    if transport == "http-batch":
+        return HttpBatchTransport(sim.url, limits=limits, secret=SECRET)
+    return HttpTransport(sim.url, secret=SECRET)
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http", "grpc-batch", "http-batch"])
 def test_fates_over_the_wire_match_the_plan(transport: str, tmp_path: Path) -> None:
-    behaviour = Behaviour(dead_ratio=0.2, retry_ratio=0.2, hang_ratio=0.05, seed=3)
+    # One HTTP answer covers its whole batch: a hanging delivery would hold its batch-mates'.
+    hang = 0.0 if transport == "http-batch" else 0.05
+    behaviour = Behaviour(dead_ratio=0.2, retry_ratio=0.2, hang_ratio=hang, seed=3)
     record = tmp_path / "record.csv"
-    settings = SimSettings(
-        "http" if transport == "http" else "grpc", behaviour, SECRET, str(record)
-    )
+    kind: Literal["grpc", "http"] = "http" if transport.startswith("http") else "grpc"
+    settings = SimSettings(kind, behaviour, SECRET, str(record))
     deliveries = [delivery(n, seq=n % 2 == 0) for n in range(200)]
     with SimConsumer(settings) as sim:
-        client: GrpcStreamTransport | HttpTransport = (
-            GrpcStreamTransport(sim.target)
-            if transport == "grpc"
-            else HttpTransport(sim.url, secret=SECRET)
-        )
+        client = _client(transport, sim)
         outcomes = asyncio.run(_send_all(client, deliveries, deadline_s=2.0))
         assert sim.received == 200
     for d, outcome in zip(deliveries, outcomes, strict=True):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -187,18 +188,23 @@ async def test_two_pills_of_two_keys_are_convicted_and_their_keys_stay_in_order(
     assert consumer.deaths <= 2 * (settings.crash_limit + 2)
 
 
-async def test_a_suspect_that_answers_is_cleared_without_an_attempt_spent() -> None:
-    # Given a consumer that dies once, on an innocent's watch (a crash unrelated to any message)
+def dies_once_on(offset: int) -> Callable[[Delivery], bool]:
+    """A crash unrelated to any message: the consumer dies the first time it gets ``offset``."""
     died = False
 
     def once(delivery: Delivery) -> bool:
         nonlocal died
-        if delivery.offset == 5 and not died:
+        if delivery.offset == offset and not died:
             died = True
             return True
         return False
 
-    consumer = CrashingTransport(once, latency_s=0.02)
+    return once
+
+
+async def test_a_suspect_that_answers_is_cleared_without_an_attempt_spent() -> None:
+    # Given a consumer that dies once, on an innocent's watch (a crash unrelated to any message)
+    consumer = CrashingTransport(dies_once_on(5), latency_s=0.02)
     work = items(30)
     report = await asyncio.wait_for(dispatch(consumer, work, SETTINGS), 20)
     # Then everything is done, and each suspect went out once more, alone
@@ -219,16 +225,7 @@ async def test_a_message_already_suspected_goes_alone(deaths: int) -> None:
 
 async def test_slow_innocent_suspects_do_not_wait_for_each_other() -> None:
     # Given a consumer with 0.4 s calls that dies once (not because of a message) with 40 out
-    died = False
-
-    def once(delivery: Delivery) -> bool:
-        nonlocal died
-        if delivery.offset == 39 and not died:
-            died = True
-            return True
-        return False
-
-    consumer = CrashingTransport(once, latency_s=0.4)
+    consumer = CrashingTransport(dies_once_on(39), latency_s=0.4)
     settings = DispatchSettings(
         max_in_flight=200, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER
     )

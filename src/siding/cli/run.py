@@ -62,7 +62,7 @@ def check_config(file: Path | None, option: Path | None) -> None:
 )
 def run(path: Path, log_level: str, log_format: str) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM."""
-    from siding.control import ControlServer, application_health
+    from siding.control import ControlPlane, application_health
     from siding.pipeline.app import Application
     from siding.pipeline.metrics import MetricsSink
 
@@ -75,9 +75,8 @@ def run(path: Path, log_level: str, log_format: str) -> None:
     address = config.control.address()
     control = None
     if address:
-        token = config.control.token.get_secret_value() if config.control.token else None
         health = lambda: application_health(app)  # noqa: E731
-        control = ControlServer(address, metrics, health, controls=app.controls, token=token)
+        control = ControlPlane(config, address, metrics, health, controls=app.controls)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
         app.stop_event.set()

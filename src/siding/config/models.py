@@ -181,6 +181,28 @@ class AdaptiveConfig(BaseModel):
     min_in_flight: Count = Field(default=1, ge=1)
 
 
+MAX_BATCH = 1000
+MAX_LINGER_S = 1.0
+
+
+class BatchConfig(BaseModel):
+    """``batch = { max = 64, linger = "5ms" }``: many deliveries per gRPC frame or HTTP request
+    (docs/batch.md). A batch leaves when it holds ``max`` deliveries or its oldest has waited
+    ``linger``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    max: Count = Field(default=64, ge=1, le=MAX_BATCH)
+    linger: Duration = 0.005
+
+    @field_validator("linger")
+    @classmethod
+    def _linger(cls, value: float) -> float:
+        if value > MAX_LINGER_S:
+            raise ValueError(f"must be at most {MAX_LINGER_S:g}s (a batch waits at most this long)")
+        return value
+
+
 class RouteConfig(BaseModel):
     """``[[route]]``: one source topic and consumer group, pushed to one endpoint (set)."""
 
@@ -209,6 +231,7 @@ class RouteConfig(BaseModel):
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
+    batch: BatchConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +281,8 @@ class RouteConfig(BaseModel):
             raise Problem(("endpoint",), "an endpoint is listed twice")
         if "transport" in self.model_fields_set and not first.is_grpc:
             raise Problem(("transport",), "only applies to gRPC endpoints")
+        if self.batch is not None and first.is_grpc and self.transport == "unary":
+            raise Problem(("batch",), "batched delivery needs transport = 'stream' (the default)")
         if self.auth.webhook_secret is not None and first.is_grpc:
             raise Problem(("auth", self.auth.given("webhook_secret")), "only for HTTP endpoints")
         for pem in ("ca_pem", "cert_pem", "key_pem"):

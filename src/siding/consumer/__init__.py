@@ -23,16 +23,28 @@ For tests and embedding, the same server as an async context manager::
     async with ConsumerServer(handle, listen="127.0.0.1:0") as server:
         ...  # siding (or a test) reaches it at server.target
 
+The same server answers ``DeliverBatches`` too, so a route with ``batch = { max = 64 }`` needs no
+change here: each delivery of a batch goes to the handler on its own and gets its own answer.
+
 Webhook consumers verify requests with ``verify_webhook`` (or the ``WebhookVerifier`` ASGI
-middleware) instead.
+middleware) instead; a batch request (``is_batch(content_type)``) is read with
+``deliveries_from_batch`` and answered with ``batch_answer(await answer_batch(handle, ...))``.
 """
 
+from siding.consumer.batch import (
+    BatchEnvelopeError,
+    answer_batch,
+    batch_answer,
+    deliveries_from_batch,
+    is_batch,
+)
 from siding.consumer.reply import DeadLetter, Handler, Reply, ack, dead, retry
 from siding.consumer.server import ConsumerServer, serve
 from siding.consumer.webhook import WebhookVerificationError, WebhookVerifier, verify_webhook
 from siding.model import Delivery
 
 __all__ = [
+    "BatchEnvelopeError",
     "ConsumerServer",
     "DeadLetter",
     "Delivery",
@@ -41,7 +53,11 @@ __all__ = [
     "WebhookVerificationError",
     "WebhookVerifier",
     "ack",
+    "answer_batch",
+    "batch_answer",
     "dead",
+    "deliveries_from_batch",
+    "is_batch",
     "retry",
     "serve",
     "verify_webhook",

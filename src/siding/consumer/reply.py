@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ class Reply:
 
 
 Handler = Callable[[Delivery], Awaitable[Reply]]
+
+log = logging.getLogger(__name__)
 
 
 class DeadLetter(SidingError):
@@ -60,3 +63,16 @@ def reply_for_return(value: object) -> Reply:
     if isinstance(value, Reply):
         return value
     return retry(reason=f"handler returned {type(value).__name__}, not a Reply")
+
+
+async def handle(handler: Handler, delivery: Delivery) -> Result:
+    """Run ``handler`` on one delivery and turn whatever it did into that delivery's Result."""
+    try:
+        reply = reply_for_return(await handler(delivery))
+    except Exception as error:
+        reply = reply_for_exception(error)
+        if isinstance(error, DeadLetter):
+            log.info("dead letter %s: %s", delivery.id, reply.reason)
+        else:
+            log.warning("handler raised for %s: %s", delivery.id, reply.reason, exc_info=error)
+    return reply.to_result(delivery.id)

@@ -1,5 +1,6 @@
-"""Serve a handler to siding over gRPC: ``Deliver``, ``DeliverStream`` and health checking, with
-a graceful stop (stop taking deliveries, finish those in flight within a grace period)."""
+"""Serve a handler to siding over gRPC: ``Deliver``, ``DeliverStream``, ``DeliverBatches`` and
+health checking, with a graceful stop (stop taking deliveries, finish those in flight within a
+grace period)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
-from siding.consumer.reply import DeadLetter, Handler, reply_for_exception, reply_for_return
+from siding.consumer.reply import Handler, handle
 from siding.errors import SidingError
 from siding.transport.grpc_common import (
     CONSUMER_SERVICE,
@@ -64,6 +65,18 @@ class _StreamSession:
         while (result := await self._results.get()) is not None:
             yield result
 
+    async def result_frames(self) -> AsyncIterator[list[consumer_pb2.Result]]:
+        """The results, each frame holding every one finished by the time it is taken."""
+        while (result := await self._results.get()) is not None:
+            frame = [result]
+            while not self._results.empty():
+                more = self._results.get_nowait()
+                if more is None:
+                    yield frame
+                    return
+                frame.append(more)
+            yield frame
+
     def drain(self) -> None:
         """Read no more deliveries; finish the ones already read."""
         self._reader.cancel()
@@ -99,6 +112,15 @@ class _StreamSession:
             self._results.put_nowait(None)
 
 
+async def unbatched(
+    frames: AsyncIterator[consumer_pb2.DeliveryBatch],
+) -> AsyncIterator[consumer_pb2.Delivery]:
+    """The deliveries of ``DeliveryBatch`` frames, one by one, in order."""
+    async for frame in frames:
+        for delivery in frame.deliveries:
+            yield delivery
+
+
 class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self, handler: Handler) -> None:
         self._handler = handler
@@ -106,16 +128,7 @@ class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
         self._draining = False
 
     async def answer(self, message: consumer_pb2.Delivery) -> consumer_pb2.Result:
-        delivery = delivery_from_proto(message)
-        try:
-            reply = reply_for_return(await self._handler(delivery))
-        except Exception as error:
-            reply = reply_for_exception(error)
-            if isinstance(error, DeadLetter):
-                log.info("dead letter %s: %s", delivery.id, reply.reason)
-            else:
-                log.warning("handler raised for %s: %s", delivery.id, reply.reason, exc_info=error)
-        return result_to_proto(reply.to_result(delivery.id))
+        return result_to_proto(await handle(self._handler, delivery_from_proto(message)))
 
     async def Deliver(
         self,
@@ -136,6 +149,22 @@ class _ConsumerServicer(consumer_pb2_grpc.ConsumerServicer):
         try:
             async for result in session.results():
                 yield result
+        finally:
+            self._sessions.discard(session)
+            session.close()
+
+    async def DeliverBatches(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],
+        context: grpc.aio.ServicerContext[object, object],  # noqa: ARG002
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        session = _StreamSession(self.answer, unbatched(request_iterator))
+        self._sessions.add(session)
+        if self._draining:
+            session.drain()
+        try:
+            async for frame in session.result_frames():
+                yield consumer_pb2.ResultBatch(results=frame)
         finally:
             self._sessions.discard(session)
             session.close()

@@ -33,7 +33,8 @@ def verify_webhook(
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     now_s: float | None = None,
 ) -> str:
-    """Verify a siding webhook (Standard Webhooks) and return its delivery id.
+    """Verify a siding webhook (Standard Webhooks) and return its ``webhook-id``: the delivery
+    id, or ``batch:<id of the first delivery>:<count>`` for a batch (docs/batch.md).
 
     ``body`` must be the raw request body, byte for byte. Header names are case-insensitive.
     Raises ``WebhookVerificationError`` naming what is wrong.

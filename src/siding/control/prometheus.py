@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 
@@ -15,7 +16,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from siding import naming
-from siding.control.status import QueryHealth
+from siding.control.status import KafkaFacts, QueryHealth
 from siding.dispatch import BreakerState
 from siding.pipeline.metrics import LaneMetrics, Snapshot
 
@@ -39,9 +40,11 @@ class SnapshotCollector(Collector):
         self,
         snapshot: Callable[[], Snapshot],
         queries: Callable[[], Sequence[QueryHealth]] = tuple,
+        kafka: KafkaFacts | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._queries = queries
+        self._kafka = kafka
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -132,13 +135,51 @@ class SnapshotCollector(Collector):
         for query in self._queries():
             up.add_metric([query.name], 1.0 if query.active else 0.0)
         yield up
+        if self._kafka is not None:
+            yield from kafka_families(snap.routes(), self._kafka, int(time.time() * 1000))
+
+
+def kafka_families(routes: Sequence[str], kafka: KafkaFacts, now_ms: int) -> Iterator[Metric]:
+    """What the driver last read from Kafka (``siding.control.kafka_view``), as gauges."""
+    lag = GaugeMetricFamily(
+        "siding_consumer_lag_records",
+        "Records of the source topic after the route's committed offset, per partition.",
+        labels=["route", "topic", "partition"],
+    )
+    backlog = GaugeMetricFamily(
+        "siding_lane_backlog_records",
+        "Records waiting in a lane's topic (retry lanes and the park lane).",
+        labels=_LABELS,
+    )
+    due = GaugeMetricFamily(
+        "siding_lane_next_due_seconds",
+        "Seconds until the first waiting record of a lane falls due (negative: overdue).",
+        labels=_LABELS,
+    )
+    dlq = GaugeMetricFamily(
+        "siding_dlq_records", "Records in the route's dead-letter topic.", labels=["route"]
+    )
+    for route in routes:
+        facts = kafka(route)
+        if facts is None:
+            continue
+        for p in facts.partitions:
+            lag.add_metric([route, p.topic, str(p.partition)], p.lag)
+        for lane in facts.lanes:
+            backlog.add_metric([route, lane.label], lane.backlog)
+            if lane.next_due_ms is not None:
+                due.add_metric([route, lane.label], (lane.next_due_ms - now_ms) / 1000)
+        dlq.add_metric([route], facts.dlq_size)
+    yield from (lag, backlog, due, dlq)
 
 
 def metrics_registry(
-    snapshot: Callable[[], Snapshot], queries: Callable[[], Sequence[QueryHealth]] = tuple
+    snapshot: Callable[[], Snapshot],
+    queries: Callable[[], Sequence[QueryHealth]] = tuple,
+    kafka: KafkaFacts | None = None,
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot, queries))
+    registry.register(SnapshotCollector(snapshot, queries, kafka))
     return registry
 
 

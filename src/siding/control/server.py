@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from siding.control.prometheus import metrics_registry, render
-from siding.control.status import QueryHealth, health_document, status_document
+from siding.control.status import KafkaFacts, QueryHealth, health_document, status_document
 from siding.errors import SidingError
 from siding.pipeline.controls import ControlError, RouteControls
 from siding.pipeline.metrics import MetricsSink
@@ -38,13 +38,15 @@ class ControlServer:
         *,
         controls: RouteControls | None = None,
         token: str | None = None,
+        kafka: KafkaFacts | None = None,
     ) -> None:
         self._address = address
         self._metrics = metrics
         self._queries = queries
         self._controls = controls
         self._token = token
-        self._registry = metrics_registry(metrics.snapshot, queries)
+        self._kafka = kafka
+        self._registry = metrics_registry(metrics.snapshot, queries, kafka)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -99,7 +101,7 @@ class ControlServer:
             code, body = health_document(self._queries())
             return code, "application/json", _json(body)
         if route == "/status":
-            document = status_document(self._metrics.snapshot(), self._queries())
+            document = status_document(self._metrics.snapshot(), self._queries(), self._kafka)
             if self._controls is not None:
                 for route in document["routes"]:
                     route["control"] = self._controls.values(route["name"])

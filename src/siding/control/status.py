@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from siding import naming
+from siding.control.kafka_view import RouteKafka
 from siding.pipeline.metrics import LaneMetrics, Snapshot
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -55,6 +56,10 @@ def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any
         "in_flight_last_batch": metrics.last_in_flight,
         "max_in_flight": metrics.max_in_flight,
         "breaker": metrics.breaker.value,
+        "breaker_transitions": [
+            {"at_ms": round(at * 1000), "from": before, "to": after, "where": where}
+            for at, before, after, where in metrics.breaker_history
+        ],
         "latency_s": {
             "count": latency.count,
             "mean": round(latency.sum_s / latency.count, 6) if latency.count else 0.0,
@@ -79,20 +84,47 @@ def _kind(item: tuple[Any, int]) -> str:
     return str(item[0].value)
 
 
-def status_document(snapshot: Snapshot, queries: Sequence[QueryHealth]) -> dict[str, Any]:
-    """Routes with their lanes, counts, rates and breaker; the queries; the last error."""
+def kafka_document(facts: RouteKafka) -> dict[str, Any]:
+    """What the driver last read from Kafka about a route: lag per partition (largest first),
+    each lane's backlog and next due time, the DLQ's size and latest letters."""
+    partitions = sorted(facts.partitions, key=lambda p: (-p.lag, p.topic, p.partition))
+    return {
+        "polled_at_ms": facts.polled_at_ms,
+        "offered_per_s": None if facts.offered_per_s is None else round(facts.offered_per_s, 3),
+        "error": facts.error,
+        "lag": sum(p.lag for p in facts.partitions),
+        "partitions": [asdict(p) for p in partitions],
+        "lanes": [asdict(lane) for lane in facts.lanes],
+        "dlq": {
+            "topic": facts.dlq_topic,
+            "size": facts.dlq_size,
+            "latest": [asdict(letter) for letter in facts.letters],
+        },
+    }
+
+
+KafkaFacts = Callable[[str], RouteKafka | None]
+
+
+def status_document(
+    snapshot: Snapshot, queries: Sequence[QueryHealth], kafka: KafkaFacts | None = None
+) -> dict[str, Any]:
+    """Routes with their lanes, counts, rates and breaker; what Kafka says of each route (when
+    ``kafka`` is given and has polled); the queries; the last error."""
     routes = []
     for route in snapshot.routes():
         keys = sorted(k for k in snapshot.lanes if k[0] == route)
         lanes = [lane_document(k[1], snapshot.lanes[k], snapshot.rate(k)) for k in keys]
-        routes.append(
-            {
-                "name": route,
-                "delivered": sum(lane["acked"] for lane in lanes),
-                "dead_lettered": sum(lane["to_dlq"] for lane in lanes),
-                "lanes": lanes,
-            }
-        )
+        document: dict[str, Any] = {
+            "name": route,
+            "delivered": sum(lane["acked"] for lane in lanes),
+            "dead_lettered": sum(lane["to_dlq"] for lane in lanes),
+            "lanes": lanes,
+        }
+        facts = kafka(route) if kafka is not None else None
+        if facts is not None:
+            document["kafka"] = kafka_document(facts)
+        routes.append(document)
     errors = [q.error for q in queries if q.error]
     return {
         "uptime_s": round(snapshot.at - snapshot.started_at, 3),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -103,13 +103,32 @@ class Totals:
                     self.hosts.add((r.host, r.pid))
 
 
+ResultCallback = Callable[[str, int, list[TaskResult], float], None]
+
+
+def _both(first: ResultCallback, second: ResultCallback) -> ResultCallback:
+    def call(route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
+        first(route, lane, results, seconds)
+        second(route, lane, results, seconds)
+
+    return call
+
+
 class PipelineRun:
     """``with PipelineRun(config) as run:`` — the Application runs on a background thread."""
 
-    def __init__(self, config: SidingConfig, spark: SparkSession | None = None) -> None:
+    def __init__(
+        self,
+        config: SidingConfig,
+        spark: SparkSession | None = None,
+        also: ResultCallback | None = None,
+    ) -> None:
         self.config = config
         self.totals = Totals()
-        self.app = Application(config, sink=BatchSink(self.totals.add), spark=spark)
+        on_result: ResultCallback = self.totals.add
+        if also is not None:
+            on_result = _both(self.totals.add, also)
+        self.app = Application(config, sink=BatchSink(on_result), spark=spark)
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
@@ -124,6 +143,7 @@ class PipelineRun:
         kafka_client: Mapping[str, object] | None = None,
         master: str = "local[2]",
         trigger: str | None = "200ms",
+        also: ResultCallback | None = None,
     ) -> PipelineRun:
         """A run of one route; ``trigger=None`` keeps the config's default trigger."""
         text = config_text(
@@ -134,7 +154,7 @@ class PipelineRun:
             master=master,
             trigger=trigger,
         )
-        return cls(parse_config(text), spark)
+        return cls(parse_config(text), spark, also)
 
     @property
     def route(self) -> Any:

@@ -27,7 +27,18 @@ from typing import Literal, Protocol
 
 from aiohttp import web
 
-from siding.consumer import ConsumerServer, Reply, ack, dead, retry
+from siding.consumer import (
+    BatchEnvelopeError,
+    ConsumerServer,
+    Reply,
+    ack,
+    answer_batch,
+    batch_answer,
+    dead,
+    deliveries_from_batch,
+    is_batch,
+    retry,
+)
 from siding.devkit.process import stop_process
 from siding.errors import SidingError
 from siding.model import Delivery
@@ -330,6 +341,8 @@ class _HttpSim:
                 verify_webhook(secret, headers, body)
             except WebhookVerificationError as exc:
                 return web.Response(status=401, text=str(exc))
+        if is_batch(headers.get("content-type")):
+            return await self._handle_batch(body)
         delivery_id = headers.get("webhook-id")
         if not delivery_id:
             return web.Response(status=400, text="no webhook-id header")
@@ -348,6 +361,23 @@ class _HttpSim:
                 status=self.core.settings.http_retry_status, text="sim: retry", headers=extra
             )
         return web.Response(status=200, text="ok")
+
+    async def _handle_batch(self, body: bytes) -> web.Response:
+        """A batch (docs/batch.md): every delivery meets its own fate, answered per delivery."""
+        try:
+            deliveries = deliveries_from_batch(body)
+        except BatchEnvelopeError as exc:
+            return web.Response(status=400, text=str(exc))
+
+        async def one(delivery: Delivery) -> Reply:
+            headers = _text_headers(delivery.headers)
+            step = self.core.receive(
+                delivery.id, delivery.attempt, headers, delivery.value, delivery.lane
+            )
+            return _reply(self.core, await self.core.carry_out(step))
+
+        results = await answer_batch(one, deliveries)
+        return web.Response(body=batch_answer(results), content_type="application/json")
 
     async def start(self) -> None:
         host, _, port = self._listen.rpartition(":")

@@ -6,7 +6,7 @@ import asyncio
 import enum
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from siding.errors import ConfigError
 from siding.model import OutcomeKind
@@ -116,9 +116,11 @@ def _open(open_for_s: float, now: float) -> BreakerStatus:
 
 @dataclass(frozen=True, slots=True)
 class BreakerTransition:
-    at: float
+    at: float  # the breaker's (monotonic) clock
     before: BreakerState
     after: BreakerState
+    # Epoch seconds, for people: the monotonic clock of an executor means nothing elsewhere.
+    wall: float = field(default_factory=time.time, compare=False)
 
 
 Listener = Callable[[BreakerTransition], None]

@@ -15,10 +15,12 @@ from typing import TypeVar
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.model import OutcomeKind
 from siding.pipeline.batch import BatchSink
+from siding.pipeline.batchlog import breaker_changes
 from siding.pipeline.task import TaskResult
 
 RATE_WINDOW_S = 10.0
 MAX_RECENT_HOLDOUTS = 10
+MAX_BREAKER_HISTORY = 10
 
 LaneKey = tuple[str, int]
 K = TypeVar("K")
@@ -44,6 +46,8 @@ class LaneMetrics:
     max_in_flight: int = 0
     breaker: BreakerState = BreakerState.CLOSED
     breaker_changed_at: float | None = None
+    # The latest transitions, oldest first: (epoch s, before, after, "host pid").
+    breaker_history: tuple[tuple[float, str, str, str], ...] = ()
     # Suspects (docs/dispatch.md): messages out when the consumer went away, suspect sends, and
     # the ones dead-lettered because the consumer died on them; holdouts: messages moved on
     # after being turned away for a whole deadline, with the latest (id, reason).
@@ -115,6 +119,18 @@ def fold_batch(
         current.breaker,
         current.breaker_changed_at,
     )
+    history = (
+        *current.breaker_history,
+        *(
+            (
+                c.transition.wall,
+                c.transition.before.value,
+                c.transition.after.value,
+                f"{c.host} pid {c.pid}",
+            )
+            for c in sorted(breaker_changes(results), key=lambda c: c.transition.wall)
+        ),
+    )[-MAX_BREAKER_HISTORY:]
     settled = sum(r.records for r in results)
     # Tasks of one batch run at the same time, so their windows add up.
     in_flight = _batch_in_flight(stats)
@@ -137,6 +153,7 @@ def fold_batch(
         max_in_flight=max(current.max_in_flight, in_flight),
         breaker=breaker,
         breaker_changed_at=changed_at,
+        breaker_history=history,
         recent=recent,
         suspected=current.suspected + sum(s.suspected for s in stats),
         isolations=current.isolations + sum(s.isolations for s in stats),

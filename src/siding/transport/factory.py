@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from siding.config import Endpoint, RouteConfig
 from siding.transport.base import Transport
+from siding.transport.batching import BatchLimits
 from siding.transport.tls import ClientTls
 
 
@@ -24,20 +25,52 @@ def client_tls(route: RouteConfig) -> ClientTls | None:
     return material if material != ClientTls() else None
 
 
+# An HTTP batch without a route limit stays under this (a single larger record goes alone).
+HTTP_BATCH_BYTES = 4 * 1024 * 1024
+
+
+def batch_limits(route: RouteConfig) -> BatchLimits | None:
+    """How the route's deliveries are gathered, or ``None`` when it does not batch. A gRPC frame
+    stays within the channel's send limit, which ``max_message_bytes`` sets."""
+    if route.batch is None:
+        return None
+    max_bytes = route.message_limit or HTTP_BATCH_BYTES
+    return BatchLimits(route.batch.max, route.batch.linger, max_bytes)
+
+
 def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> Transport:
     """A new transport for one endpoint; the caller owns it (reuse it, close it)."""
     auth = route.auth
     token = _secret(auth.token)
     tls = client_tls(route) if endpoint.tls else None
+    limits = batch_limits(route)
     if endpoint.is_grpc:
         from siding.transport.grpc_stream import GrpcStreamTransport
         from siding.transport.grpc_unary import GrpcUnaryTransport
 
-        kind = GrpcStreamTransport if route.transport == "stream" else GrpcUnaryTransport
         limit = route.message_limit
         options = (("grpc.max_send_message_length", limit),) if limit else ()
-        return kind(
-            endpoint.grpc_target, tls=endpoint.tls, token=token, client_tls=tls, options=options
+        target = endpoint.grpc_target
+        if limits is not None:
+            from siding.transport.grpc_batch import GrpcBatchTransport
+
+            return GrpcBatchTransport(
+                target, limits=limits, tls=endpoint.tls, token=token, client_tls=tls,
+                options=options,
+            )  # fmt: skip
+        kind = GrpcStreamTransport if route.transport == "stream" else GrpcUnaryTransport
+        return kind(target, tls=endpoint.tls, token=token, client_tls=tls, options=options)
+    if limits is not None:
+        from siding.transport.http_batch import HttpBatchTransport
+
+        return HttpBatchTransport(
+            endpoint.url,
+            limits=limits,
+            secret=_secret(auth.webhook_secret),
+            bearer_token=token,
+            source=f"kafka://{route.topic}",
+            max_connections=max_connections,
+            client_tls=tls,
         )
     from siding.transport.http import HttpTransport
 

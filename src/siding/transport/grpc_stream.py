@@ -48,7 +48,10 @@ class _Pending:
 
     waiters: list[asyncio.Future[Outcome]] = field(default_factory=list)
     written: bool = False
-    size: int = 0  # the serialized Delivery, to match a "larger than max (N vs. M)" refusal
+    # The serialized frame it went in (a Delivery, or a DeliveryBatch of ``frame_count``), to
+    # match a "larger than max (N vs. M)" refusal.
+    size: int = 0
+    frame_count: int = 1
 
     def resolve(self, outcome: Outcome) -> None:
         for waiter in self.waiters:
@@ -115,17 +118,20 @@ class _Stream:
     async def _read_loop(self) -> None:
         try:
             async for message in self.call:
-                entry = self.pending.pop(message.delivery_id, None)
-                if entry is None:
-                    # The late answer of a copy given up on: that id is clear here again.
-                    self.abandoned.pop(message.delivery_id, None)
-                    continue
-                result = result_from_proto(message)
-                entry.resolve(outcome_from_grpc(grpc.StatusCode.OK, result=result))
+                self._on_result(message)
         except Exception as error:
             self.fail(error)
             return
         self.fail(TransportError("the consumer closed the stream"))
+
+    def _on_result(self, message: consumer_pb2.Result) -> None:
+        entry = self.pending.pop(message.delivery_id, None)
+        if entry is None:
+            # The late answer of a copy given up on: that id is clear here again.
+            self.abandoned.pop(message.delivery_id, None)
+            return
+        result = result_from_proto(message)
+        entry.resolve(outcome_from_grpc(grpc.StatusCode.OK, result=result))
 
     def fail(self, error: BaseException) -> None:
         """The stream is over: every delivery still waiting gets its outcome (``stream_ended``)."""
@@ -134,9 +140,7 @@ class _Stream:
         self.broken = True
         cause = _describe(error)
         log.info("gRPC stream to the consumer ended: %s", cause)
-        outcomes = stream_ended(
-            str(cause), [(e.written, e.size) for e in self.pending.values()], ours=self._closing
-        )
+        outcomes = self._outcomes_at_end(error, str(cause))
         for entry, outcome in zip(self.pending.values(), outcomes, strict=True):
             entry.resolve(outcome)
         self.pending.clear()
@@ -145,6 +149,11 @@ class _Stream:
         for task in (self._writer, self._reader):
             if task is not current:
                 task.cancel()
+
+    def _outcomes_at_end(self, error: BaseException, cause: str) -> list[Outcome]:  # noqa: ARG002
+        """The outcome of each pending delivery, in order, once the stream ended with ``error``."""
+        entries = [(e.written, e.size) for e in self.pending.values()]
+        return stream_ended(cause, entries, ours=self._closing)
 
     def close(self, why: str) -> None:
         """We end the stream (not the consumer): nothing waiting on it is suspected."""
@@ -243,14 +252,17 @@ class GrpcStreamTransport:
                 chosen = stream
                 break
         if chosen is None:
-            stub = consumer_pb2_grpc.ConsumerStub(channel)
-            chosen = _Stream(stub.DeliverStream(None, metadata=self._metadata), channel)
+            chosen = self._open_stream(channel)
             self._streams.append(chosen)
         for extra in self._streams[1:]:
             if extra is not chosen and extra.idle:
                 self._streams.remove(extra)
                 extra.close("extra stream no longer needed")
         return chosen
+
+    def _open_stream(self, channel: grpc.aio.Channel) -> _Stream:
+        stub = consumer_pb2_grpc.ConsumerStub(channel)
+        return _Stream(stub.DeliverStream(None, metadata=self._metadata), channel)
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
         stream = self._stream_for(delivery.id)

@@ -233,32 +233,15 @@ class HttpTransport:
                 timeout=self._timeout(deadline_s),
             ) as response:
                 outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
-                excerpt = await _read_excerpt(response, self._max_response_bytes)
-        except aiohttp.ConnectionTimeoutError as error:
-            return outcome_from_connection_error(error)  # never connected: nothing was delivered
-        except TimeoutError:
-            return outcome_from_timeout(deadline_s)
-        except aiohttp.ClientConnectorError as error:
-            return outcome_from_connection_error(error)  # refused or TLS failed: not delivered
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as error:
-            # The peer closed after the request went out (a process that died on it closes
-            # cleanly): a suspect. A stale pooled connection looks the same and costs no
-            # attempt either.
-            return outcome_from_lost_connection(error)
-        except aiohttp.ClientOSError as error:
-            # Reset after connecting: a process killed with the request unread resets. (TLS 1.3
-            # refuses a missing client certificate this way too: every message then "dies",
-            # and a suspect is never convicted while no other message is answered.)
-            return outcome_from_lost_connection(error)
-        except aiohttp.ClientError as error:
-            # A TLS failure or an answer that is not HTTP.
-            return outcome_from_connection_error(error)
+                text = await _read_excerpt(response, self._max_response_bytes)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            return outcome_from_request_error(error, deadline_s)
         if outcome.kind is OutcomeKind.DEAD and response.status == 413:
             size = len(delivery.value or b"")
             outcome = replace(outcome, reason=f"{outcome.reason} ({size} bytes)")
-        if outcome.kind is OutcomeKind.ACK or not excerpt:
+        if outcome.kind is OutcomeKind.ACK or not text:
             return outcome
-        return replace(outcome, reason=f"{outcome.reason}: {excerpt}")
+        return replace(outcome, reason=f"{outcome.reason}: {text}")
 
     async def probe(self) -> bool:
         """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up."""
@@ -309,12 +292,42 @@ class HttpTransport:
         return self._client
 
 
+def outcome_from_request_error(
+    error: aiohttp.ClientError | TimeoutError, deadline_s: float
+) -> Outcome:
+    """What a request that got no HTTP answer means (docs/webhooks.md, the last rows)."""
+    if isinstance(error, aiohttp.ConnectionTimeoutError):
+        return outcome_from_connection_error(error)  # never connected: nothing was delivered
+    if isinstance(error, TimeoutError):
+        return outcome_from_timeout(deadline_s)
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return outcome_from_connection_error(error)  # refused or TLS failed: not delivered
+    if isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        # The peer closed after the request went out (a process that died on it closes
+        # cleanly): a suspect. A stale pooled connection looks the same and costs no
+        # attempt either.
+        return outcome_from_lost_connection(error)
+    if isinstance(error, aiohttp.ClientOSError):
+        # Reset after connecting: a process killed with the request unread resets. (TLS 1.3
+        # refuses a missing client certificate this way too: every message then "dies",
+        # and a suspect is never convicted while no other message is answered.)
+        return outcome_from_lost_connection(error)
+    # A TLS failure or an answer that is not HTTP.
+    return outcome_from_connection_error(error)
+
+
 async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:
     """At most ``limit`` bytes of the answer, as a short printable excerpt.
 
-    The status is already known, so a body that is cut, slow or broken changes nothing; when it
-    was not read to its end the connection is dropped rather than returned to the pool.
+    The status is already known, so a body that is cut, slow or broken changes nothing.
     """
+    data, _ = await read_body(response, limit)
+    return excerpt(data)
+
+
+async def read_body(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the answer, and whether that is all of it. When it was not
+    read to its end the connection is dropped rather than returned to the pool."""
     data = bytearray()
     complete = False
     try:
@@ -328,10 +341,10 @@ async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:
         pass
     if not complete:
         response.close()
-    return _excerpt(bytes(data))
+    return bytes(data), complete
 
 
-def _excerpt(data: bytes) -> str:
+def excerpt(data: bytes) -> str:
     """A response body squeezed into one short printable line, for an outcome's reason."""
     text = data[: _REASON_EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
     printable = "".join(c if c.isprintable() else " " for c in text)

@@ -1,0 +1,242 @@
+"""gRPC batch transport: deliveries gathered into ``DeliveryBatch`` frames on a long-lived
+``DeliverBatches`` stream (docs/batch.md); each delivery keeps its own deadline and outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import grpc
+import grpc.aio
+
+from siding.errors import TransportError
+from siding.model import Delivery, Outcome, OutcomeKind
+from siding.transport.batching import BatchLimits, Expiry, Gatherer, framed_size
+from siding.transport.grpc_common import ChannelOption, delivery_to_proto
+from siding.transport.grpc_stream import (
+    GrpcStreamTransport,
+    StreamCall,
+    _Pending,
+    _Stream,
+    stream_ended,
+)
+from siding.transport.outcomes import (
+    outcome_from_connection_error,
+    outcome_from_timeout,
+    oversize,
+    too_large,
+)
+from siding.transport.tls import ClientTls
+from siding.v1 import consumer_pb2, consumer_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+BatchCall = grpc.aio.StreamStreamCall[consumer_pb2.DeliveryBatch, consumer_pb2.ResultBatch]
+# Never reaches the dispatcher: the transport sends the delivery again itself, within its
+# deadline (on DeliverStream after UNIMPLEMENTED; in smaller frames after a size refusal).
+RESEND = Outcome(OutcomeKind.BACKOFF, "sent again")
+_Item = tuple[_Pending, str, consumer_pb2.Delivery]
+
+
+def batch_stream_ended(
+    cause: str, entries: Sequence[tuple[bool, int, int]], *, ours: bool = False
+) -> tuple[list[Outcome], int | None]:
+    """Pure: the outcome of each delivery still waiting, given as (written, frame bytes, frame
+    deliveries), when a ``DeliverBatches`` stream ends for ``cause``; and the consumer's message
+    limit when it refused a frame for its size.
+
+    - a refused frame ("larger than max (N vs. M)", N its size) of one delivery: that delivery
+      is too large, to the DLQ; of several: each is sent again (``RESEND``) in frames of at most
+      M bytes, without spending an attempt;
+    - otherwise as ``stream_ended`` (written deliveries are suspects, unless we closed it).
+    """
+    sizes = oversize(cause)
+    if sizes is not None and any(w and size == sizes[0] for w, size, _ in entries):
+        big, limit = sizes
+        unreached = outcome_from_connection_error(TransportError(cause))
+        refused = too_large(f"{big} bytes, the consumer accepts at most {limit}: {cause}")
+        outcomes = [
+            (refused if count == 1 else RESEND) if w and size == big else unreached
+            for w, size, count in entries
+        ]
+        return outcomes, limit
+    return stream_ended(cause, [(w, size) for w, size, _ in entries], ours=ours), None
+
+
+class Unimplemented(TransportError):
+    """The consumer does not serve ``DeliverBatches``."""
+
+
+def is_unimplemented(error: BaseException) -> bool:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return error.code() is grpc.StatusCode.UNIMPLEMENTED
+    return isinstance(error, Unimplemented)
+
+
+class _BatchStream(_Stream):
+    """One open ``DeliverBatches`` call: deliveries are gathered into frames (count, size,
+    linger); results come back in frames of any size and are matched by delivery id."""
+
+    def __init__(
+        self,
+        call: BatchCall,
+        channel: grpc.aio.Channel,
+        limits: BatchLimits,
+        on_unimplemented: Callable[[], None],
+        on_refused: Callable[[int], None],
+    ) -> None:
+        self._batch_call = call
+        self._frames: asyncio.Queue[list[_Item]] = asyncio.Queue()
+        self._gatherer: Gatherer[_Item] = Gatherer(limits, self._frames.put_nowait)
+        self._on_unimplemented = on_unimplemented
+        self._on_refused = on_refused
+        # The base class only writes, iterates and cancels the call: the same for both RPCs.
+        super().__init__(cast(StreamCall, call), channel)
+
+    def submit(self, delivery: Delivery) -> _Pending:
+        entry = self.pending.get(delivery.id)
+        if entry is None:
+            message = delivery_to_proto(delivery)
+            entry = self.pending[delivery.id] = _Pending()
+            self._gatherer.add((entry, delivery.id, message), framed_size(message.ByteSize()))
+        return entry
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                frame = await self._frames.get()
+                live = [item for item in frame if self.pending.get(item[1]) is item[0]]
+                if not live:
+                    continue  # their senders gave up before the frame reached the wire
+                batch = consumer_pb2.DeliveryBatch(deliveries=[m for _, _, m in live])
+                size = batch.ByteSize()
+                await self._batch_call.write(batch)
+                for entry, _, _ in live:
+                    entry.written, entry.size, entry.frame_count = True, size, len(live)
+        except Exception as error:  # whatever stops the stream must fail it, never hang it
+            self.fail(await self._why(error))
+
+    async def _why(self, error: Exception) -> BaseException:
+        """A write fails when the call has already ended: the call's status says why (the
+        consumer's UNIMPLEMENTED, its "larger than max" refusal, its going away)."""
+        if not self._batch_call.done():
+            return error
+        with contextlib.suppress(Exception):
+            code = await self._batch_call.code()
+            details = await self._batch_call.details()
+            text = f"stream broke: grpc {code.name}" + (f": {details}" if details else "")
+            kind = Unimplemented if code is grpc.StatusCode.UNIMPLEMENTED else TransportError
+            return kind(text)
+        return error
+
+    async def _read_loop(self) -> None:
+        try:
+            async for frame in self._batch_call:
+                for message in frame.results:
+                    self._on_result(message)
+        except Exception as error:
+            self.fail(error)
+            return
+        self.fail(TransportError("the consumer closed the stream"))
+
+    def _outcomes_at_end(self, error: BaseException, cause: str) -> list[Outcome]:
+        self._gatherer.take()
+        if is_unimplemented(error):
+            self._on_unimplemented()
+            return [RESEND] * len(self.pending)
+        entries = [(e.written, e.size, e.frame_count) for e in self.pending.values()]
+        outcomes, limit = batch_stream_ended(cause, entries, ours=self._closing)
+        if limit is not None:
+            self._on_refused(limit)
+        return outcomes
+
+
+class GrpcBatchTransport(GrpcStreamTransport):
+    """Sends deliveries in ``DeliveryBatch`` frames over ``DeliverBatches`` (docs/batch.md).
+
+    Each ``send`` is one delivery with its own deadline, as for ``GrpcStreamTransport``; the
+    concurrent sends of one event loop are gathered into frames of at most ``limits.max_items``
+    deliveries and ``limits.max_bytes`` bytes, each leaving ``limits.linger_s`` after its first
+    delivery at the latest. A broken stream fails its deliveries as ``stream_ended`` says, so a
+    consumer that dies with a frame in its hands makes every delivery of it a suspect.
+
+    A consumer that answers UNIMPLEMENTED (it serves only ``DeliverStream``) is logged once, and
+    this transport sends one delivery per message on ``DeliverStream`` from then on; the
+    deliveries that met the refusal go again there, within their deadlines, without spending an
+    attempt.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        limits: BatchLimits,
+        tls: bool = False,
+        ca_file: str | None = None,
+        client_tls: ClientTls | None = None,
+        token: str | None = None,
+        options: tuple[ChannelOption, ...] = (),
+        probe_timeout_s: float = 2.0,
+    ) -> None:
+        super().__init__(
+            target,
+            tls=tls,
+            ca_file=ca_file,
+            client_tls=client_tls,
+            token=token,
+            options=options,
+            probe_timeout_s=probe_timeout_s,
+        )
+        self.limits = limits
+        self.batching = True
+
+    def _open_stream(self, channel: grpc.aio.Channel) -> _Stream:
+        if not self.batching:
+            return super()._open_stream(channel)
+        stub = consumer_pb2_grpc.ConsumerStub(channel)
+        call = stub.DeliverBatches(None, metadata=self._metadata)
+        return _BatchStream(call, channel, self.limits, self._fall_back, self._refused)
+
+    def _fall_back(self) -> None:
+        if self.batching:
+            self.batching = False
+            log.warning(
+                "the consumer at %s does not implement DeliverBatches (UNIMPLEMENTED): its"
+                " deliveries go one per message on DeliverStream from now on",
+                self.target,
+            )
+
+    def _refused(self, limit: int) -> None:
+        if limit < self.limits.max_bytes:
+            log.warning(
+                "the consumer at %s refused a batch larger than %d bytes: batches stay under it",
+                self.target,
+                limit,
+            )
+            self.limits = BatchLimits(self.limits.max_items, self.limits.linger_s, max(1, limit))
+
+    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        loop = asyncio.get_running_loop()
+        wait = Expiry(deadline_s)
+        # One timer handle instead of asyncio.timeout: a fifth of the CPU a delivery costs here.
+        timer = loop.call_later(deadline_s, wait.expire)
+        try:
+            while not wait.expired:
+                stream = self._stream_for(delivery.id)
+                entry = stream.submit(delivery)
+                waiter: asyncio.Future[Outcome] = loop.create_future()
+                wait.waiter = waiter
+                entry.waiters.append(waiter)
+                try:
+                    outcome = await waiter
+                finally:
+                    entry.waiters.remove(waiter)
+                    stream.forget(delivery.id, entry)
+                if outcome is not RESEND:
+                    return outcome
+            return outcome_from_timeout(deadline_s)
+        finally:
+            timer.cancel()

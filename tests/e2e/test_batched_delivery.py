@@ -1,0 +1,262 @@
+"""Batched delivery end to end (docs/batch.md): one siding run, a batched gRPC route and a batched
+HTTP route on the embedded broker. Each record keeps its own fate inside its batch: acks, a RETRY
+that goes through lane 1, a DEAD that reaches the DLQ alone, a binary value byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+import pytest
+from aiohttp import web
+from confluent_kafka import Producer
+
+from siding import naming
+from siding.config import parse_config
+from siding.consumer import (
+    Reply,
+    ack,
+    answer_batch,
+    batch_answer,
+    dead,
+    deliveries_from_batch,
+    is_batch,
+    retry,
+    verify_webhook,
+)
+from siding.consumer.reply import handle
+from siding.devkit.broker import EmbeddedKafka
+from siding.devkit.harness import DeadLetter, PipelineRun, config_text
+from siding.devkit.wait import wait_until
+from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensure_topics
+from siding.model import Delivery
+from siding.transport.grpc_common import delivery_from_proto, result_to_proto
+from siding.v1 import consumer_pb2, consumer_pb2_grpc
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SECRET = "whsec_" + base64.b64encode(b"batched-e2e-secret-0123456789ab").decode()
+ODD = bytes(range(256)) * 3  # every byte value, NUL and 0xff included
+# 20 records: the retried and the dead one share their batches with plain acks.
+KEYS = [f"ack-{n}".encode() for n in range(18)]
+KEYS[5], KEYS[9] = b"retry", b"dead"
+KEYS += [b"binary", b"ack-last"]
+VALUES = {b"binary": ODD, b"retry": ODD[::-1]}
+Context = grpc.aio.ServicerContext[object, object]
+
+
+@dataclass
+class Seen:
+    """What one consumer received: every delivery, and the size of each frame or request."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+
+    async def handle(self, d: Delivery) -> Reply:
+        self.deliveries.append(d)
+        if d.key == b"dead":
+            return dead("dead on purpose")
+        if d.key == b"retry" and d.attempt == 1:
+            return retry(reason="once more")
+        return ack()
+
+
+class BatchesOnly(consumer_pb2_grpc.ConsumerServicer):
+    """A consumer that serves DeliverBatches only (so a fallback to DeliverStream would fail the
+    test), answering each delivery through the Python SDK's handler rules."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+
+    async def Deliver(
+        self,
+        request: consumer_pb2.Delivery,  # noqa: ARG002
+        context: Context,
+    ) -> consumer_pb2.Result:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batches only")
+
+    async def DeliverStream(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.Delivery],  # noqa: ARG002
+        context: Context,
+    ) -> AsyncIterator[consumer_pb2.Result]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "batches only")
+        yield consumer_pb2.Result()
+
+    async def DeliverBatches(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],
+        context: Context,  # noqa: ARG002
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        async for frame in request_iterator:
+            self.seen.batches.append(len(frame.deliveries))
+            deliveries = [delivery_from_proto(d) for d in frame.deliveries]
+            results = await asyncio.gather(*(handle(self.seen.handle, d) for d in deliveries))
+            yield consumer_pb2.ResultBatch(results=[result_to_proto(r) for r in results])
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread, for the consumer services living beside the test."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(30)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+def grpc_consumer(loop: LoopThread, seen: Seen) -> tuple[str, Callable[[], None]]:
+    async def start() -> tuple[grpc.aio.Server, int]:
+        server = grpc.aio.server()
+        consumer_pb2_grpc.add_ConsumerServicer_to_server(BatchesOnly(seen), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port
+
+    server, port = loop.run(start())
+    return f"grpc://127.0.0.1:{port}", lambda: loop.run(server.stop(0))
+
+
+def http_consumer(loop: LoopThread, seen: Seen) -> tuple[str, Callable[[], None]]:
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        verify_webhook(SECRET, dict(request.headers), body)
+        if not is_batch(request.headers.get("content-type")):
+            return web.Response(status=400, text="batches only")
+        deliveries = deliveries_from_batch(body)
+        seen.batches.append(len(deliveries))
+        answer = batch_answer(await answer_batch(seen.handle, deliveries))
+        return web.Response(body=answer, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+
+    async def start() -> int:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return int(runner.addresses[0][1])
+
+    port = loop.run(start())
+    return f"http://127.0.0.1:{port}/hook", lambda: loop.run(runner.cleanup())
+
+
+def route(name: str, topic: str, endpoint: str) -> dict[str, object]:
+    table: dict[str, object] = {
+        "name": name,
+        "topic": topic,
+        "group": f"{topic}-group",
+        "endpoint": endpoint,
+        "deadline": "5s",
+        "lanes": [{"delay": "300ms"}],
+        "dlq_flood_min_batch": 1_000_000,
+        "batch": {"max": 8, "linger": "20ms"},
+    }
+    if endpoint.startswith("http"):
+        table["auth"] = {"webhook_secret": SECRET}
+    return table
+
+
+def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    loop_thread: LoopThread,
+) -> None:
+    # Given two topics of 20 records each, a batched gRPC route and a batched HTTP route
+    topics = {"grpc": topic_name("bg"), "http": topic_name("bh")}
+    client = {"bootstrap.servers": kafka.bootstrap}
+    ensure_topics(admin_client(client), [TopicSpec(t) for t in topics.values()])
+    producer = Producer(client)
+    for topic in topics.values():
+        for key in KEYS:
+            producer.produce(topic, key=key, value=VALUES.get(key, b"plain"))
+    assert producer.flush(10) == 0
+    seen = {"grpc": Seen(), "http": Seen()}
+    endpoints = {
+        "grpc": grpc_consumer(loop_thread, seen["grpc"]),
+        "http": http_consumer(loop_thread, seen["http"]),
+    }
+    routes = [route(f"batched-{kind}", topics[kind], endpoints[kind][0]) for kind in topics]
+    first, second = (
+        config_text(kafka.bootstrap, r, checkpoint_dir=tmp_path / "checkpoints") for r in routes
+    )
+    config = parse_config(first + "[[route]]" + second.split("[[route]]", 1)[1])
+
+    # When siding runs both routes
+    try:
+        with PipelineRun(config, spark) as run:
+
+            def all_committed() -> bool:
+                return all(
+                    committed_offsets(run.client_conf, r.group, r.topic).get(0) == len(KEYS)
+                    for r in config.routes
+                )
+
+            def retried() -> bool:
+                return all(
+                    any(d.key == b"retry" and d.attempt == 2 for d in s.deliveries)
+                    for s in seen.values()
+                )
+
+            def dead_letters() -> dict[str, list[DeadLetter]]:
+                found = {r.name: run.read_lane_topic(naming.route_dlq(r)) for r in config.routes}
+                return found if all(found.values()) else {}
+
+            wait_until(all_committed, timeout_s=120, what="both routes committed", check=run.check)
+            wait_until(retried, timeout_s=60, what="both retries from lane 1", check=run.check)
+            letters = wait_until(dead_letters, what="both dead letters", check=run.check)
+            lanes = {
+                r.name: run.read_lane_topic(naming.lane_topic(r.name, 1)) for r in config.routes
+            }
+    finally:
+        for _, stop in endpoints.values():
+            stop()
+
+    for kind, r in zip(topics, config.routes, strict=True):
+        got = seen[kind]
+        # Then the records travelled together: some frame or request held several
+        assert max(got.batches) > 1, got.batches
+        assert max(got.batches) <= 8
+        # And each record met its own fate: every ack delivered once, from the main lane
+        by_key: dict[bytes, list[Delivery]] = {}
+        for d in got.deliveries:
+            by_key.setdefault(d.key or b"", []).append(d)
+        assert set(by_key) == set(KEYS)
+        for key in KEYS:
+            expected = [(1, 0), (2, 1)] if key == b"retry" else [(1, 0)]
+            assert [(d.attempt, d.lane) for d in by_key[key]] == expected, (kind, key)
+        # And the retried record went through lane 1, alone, and came back byte for byte
+        assert [letter.value for letter in lanes[r.name]] == [ODD[::-1]]
+        assert [d.value for d in by_key[b"retry"]] == [ODD[::-1], ODD[::-1]]
+        # And the dead one reached the DLQ alone, with its reason; its batch-mates were acked
+        [letter] = letters[r.name]
+        assert letter.key == b"dead" and letter.story is not None
+        assert letter.story.reason == "dead on purpose"
+        # And a binary value arrived exactly as produced
+        assert by_key[b"binary"][0].value == ODD

@@ -1,0 +1,231 @@
+"""HttpBatchTransport over real sockets against an aiohttp server on 127.0.0.1: the signed
+envelope, per-delivery answers, a refused batch split into single deliveries, whole-batch
+statuses, deadlines and a consumer that closes the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from siding.consumer import (
+    Reply,
+    ack,
+    answer_batch,
+    batch_answer,
+    dead,
+    deliveries_from_batch,
+    retry,
+    verify_webhook,
+)
+from siding.model import Delivery, Outcome, OutcomeKind
+from siding.transport.batching import BatchLimits
+from siding.transport.http_batch import HttpBatchTransport
+
+SECRET = "whsec_" + base64.b64encode(b"b" * 32).decode()
+LIMITS = BatchLimits(max_items=16, linger_s=0.01, max_bytes=4 << 20)
+ODD = bytes(range(256))
+
+Answer = Callable[[web.Request, list[Delivery]], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Consumer:
+    url: str = ""
+    batches: list[list[Delivery]] = field(default_factory=list)
+    singles: list[str] = field(default_factory=list)
+    answer: Answer | None = None
+
+
+async def per_delivery(request: web.Request, batch: list[Delivery]) -> web.StreamResponse:  # noqa: ARG001
+    async def handle(d: Delivery) -> Reply:
+        if d.key == b"dead":
+            return dead("unknown currency XBT")
+        return retry(30, "rate limited") if d.key == b"retry" else ack()
+
+    body = batch_answer(await answer_batch(handle, batch))
+    return web.Response(body=body, content_type="application/json")
+
+
+@pytest.fixture
+async def consumer() -> AsyncIterator[Consumer]:
+    app = web.Application()
+    server = TestServer(app)
+    state = Consumer()
+
+    async def hook(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        verify_webhook(SECRET, dict(request.headers), body)
+        if request.headers["content-type"] != "application/cloudevents-batch+json":
+            state.singles.append(request.headers["webhook-id"])
+            return web.Response(status=204)
+        batch = deliveries_from_batch(body)
+        assert request.headers["webhook-id"] == f"batch:{batch[0].id}:{len(batch)}"
+        assert request.headers["authorization"] == "Bearer t0ken"
+        state.batches.append(batch)
+        return await (state.answer or per_delivery)(request, batch)
+
+    app.router.add_post("/hook", hook)
+    await server.start_server()
+    state.url = str(server.make_url("/hook"))
+    try:
+        yield state
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+async def transport(consumer: Consumer) -> AsyncIterator[HttpBatchTransport]:
+    sender = HttpBatchTransport(consumer.url, limits=LIMITS, secret=SECRET, bearer_token="t0ken")
+    try:
+        yield sender
+    finally:
+        await sender.close()
+
+
+def delivery(n: int, key: bytes | None = None, value: bytes | None = b"v") -> Delivery:
+    return Delivery(f"orders/0/{n}", "orders", 0, n, key=key, value=value, attempt=n % 3 + 1)
+
+
+async def send_all(
+    t: HttpBatchTransport, batch: list[Delivery], deadline_s: float = 5
+) -> list[Outcome]:
+    return list(await asyncio.gather(*(t.send(d, deadline_s) for d in batch)))
+
+
+async def test_one_signed_post_carries_the_batch_and_each_delivery_gets_its_answer(
+    consumer: Consumer, transport: HttpBatchTransport
+) -> None:
+    sent = [
+        delivery(0, b"ack", ODD),
+        delivery(1, b"retry", None),
+        delivery(2, b"dead", b""),
+        Delivery("orders/0/3", "orders", 0, 3, key=None, value=ODD[::-1],
+                 headers=(("bin", b"\x00\xff"), ("content-type", b"application/x-thing"))),
+    ]  # fmt: skip
+    outcomes = await send_all(transport, sent)
+    assert consumer.batches == [sent]  # one request, every byte as it was
+    assert outcomes == [
+        Outcome(OutcomeKind.ACK),
+        Outcome(OutcomeKind.RETRY, "rate limited", 30.0),
+        Outcome(OutcomeKind.DEAD, "unknown currency XBT"),
+        Outcome(OutcomeKind.ACK),
+    ]
+
+
+async def test_a_batch_refused_whole_goes_again_one_by_one_and_only_the_bad_one_dies(
+    consumer: Consumer, transport: HttpBatchTransport
+) -> None:
+    async def strict(_request: web.Request, batch: list[Delivery]) -> web.StreamResponse:
+        if any(d.key == b"bad" for d in batch):
+            return web.Response(status=422, text="a bad record in the batch")
+        return web.Response(status=204)
+
+    consumer.answer = strict
+    sent = [delivery(0), delivery(1, b"bad"), delivery(2)]
+    outcomes = await send_all(transport, sent)
+    assert [o.kind for o in outcomes] == [OutcomeKind.ACK, OutcomeKind.DEAD, OutcomeKind.ACK]
+    assert outcomes[1].reason == "http 422: a bad record in the batch"
+    assert sorted(len(b) for b in consumer.batches) == [1, 1, 1, 3]
+    # No attempt was spent: each went again as it was.
+    assert sorted((d.id, d.attempt) for b in consumer.batches[1:] for d in b) == [
+        (d.id, d.attempt) for d in sent
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "expected"),
+    [
+        (204, {}, Outcome(OutcomeKind.ACK)),
+        (503, {"Retry-After": "3"}, Outcome(OutcomeKind.BACKOFF, "http 503: busy", 3.0)),
+        (500, {}, Outcome(OutcomeKind.RETRY, "http 500: busy")),
+        (410, {}, Outcome(OutcomeKind.GONE, "http 410: endpoint gone: busy")),
+    ],
+)
+async def test_a_status_applies_to_every_delivery_of_the_batch(
+    consumer: Consumer,
+    transport: HttpBatchTransport,
+    status: int,
+    headers: dict[str, str],
+    expected: Outcome,
+) -> None:
+    async def answer(_request: web.Request, _batch: list[Delivery]) -> web.StreamResponse:
+        return web.Response(status=status, headers=headers, text="" if status == 204 else "busy")
+
+    consumer.answer = answer
+    assert await send_all(transport, [delivery(n) for n in range(5)]) == [expected] * 5
+    assert len(consumer.batches) == 1
+
+
+async def test_each_delivery_keeps_its_own_deadline(
+    consumer: Consumer, transport: HttpBatchTransport
+) -> None:
+    async def slow(_request: web.Request, _batch: list[Delivery]) -> web.StreamResponse:
+        await asyncio.sleep(0.6)
+        return web.Response(status=204)
+
+    consumer.answer = slow
+    short, long = await asyncio.gather(
+        transport.send(delivery(1), 0.2), transport.send(delivery(2), 3)
+    )
+    assert short == Outcome(OutcomeKind.RETRY, "deadline of 0.2s exceeded", no_answer=True)
+    assert long == Outcome(OutcomeKind.ACK)
+
+
+async def test_a_consumer_that_drops_the_connection_makes_each_delivery_a_suspect(
+    consumer: Consumer, transport: HttpBatchTransport
+) -> None:
+    async def vanish(request: web.Request, _batch: list[Delivery]) -> web.StreamResponse:
+        assert request.transport is not None
+        request.transport.close()
+        await asyncio.sleep(1)
+        return web.Response(status=204)
+
+    consumer.answer = vanish
+    outcomes = await send_all(transport, [delivery(n) for n in range(3)])
+    assert [(o.kind, o.lost) for o in outcomes] == [(OutcomeKind.BACKOFF, True)] * 3
+
+
+async def test_a_body_that_is_not_an_answer_acks_and_a_broken_answer_never_does(
+    consumer: Consumer, transport: HttpBatchTransport
+) -> None:
+    bodies = iter([b"ok", b'{"results": [{"id": "orders/0/0", "verdict": "dead"'])
+
+    async def answer(_request: web.Request, _batch: list[Delivery]) -> web.StreamResponse:
+        return web.Response(body=next(bodies), content_type="application/json")
+
+    consumer.answer = answer
+    assert {o.kind for o in await send_all(transport, [delivery(0), delivery(1)])} == {
+        OutcomeKind.ACK
+    }
+    broken = await send_all(transport, [delivery(0), delivery(1)])
+    assert {o.kind for o in broken} == {OutcomeKind.RETRY}
+    assert broken[0].reason.startswith("the batch answer is not valid JSON")
+    assert json.loads(json.dumps([d.id for b in consumer.batches for d in b])) == [
+        "orders/0/0", "orders/0/1", "orders/0/0", "orders/0/1",
+    ]  # fmt: skip
+
+
+async def test_a_consumer_that_refuses_batches_with_415_gets_single_webhooks(
+    consumer: Consumer, transport: HttpBatchTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def no_batches(_request: web.Request, _batch: list[Delivery]) -> web.StreamResponse:
+        return web.Response(status=415, text="unsupported media type")
+
+    consumer.answer = no_batches
+    caplog.set_level(logging.WARNING, "siding.transport.http_batch")
+    first = await send_all(transport, [delivery(n) for n in range(3)])
+    then = await send_all(transport, [delivery(n) for n in range(3, 5)])
+    assert {o.kind for o in first + then} == {OutcomeKind.ACK}  # no attempt spent, none lost
+    assert len(consumer.batches) == 1  # the one refused
+    assert sorted(consumer.singles) == [f"orders/0/{n}" for n in range(5)]
+    assert not transport.batching
+    [line] = [r.getMessage() for r in caplog.records]
+    assert f"{consumer.url}') answered 415 to a batch" in line
