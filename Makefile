@@ -5,9 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars demo test test-unit test-integration lint proto bench clean
+.PHONY: setup jars demo test test-unit test-integration test-sdk-node test-sdk-java lint proto bench clean
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 $(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 or 3.12 (or run make PYTHON=/path/to/python3.12)"; exit 1; }
@@ -32,10 +32,31 @@ $(STAMPS)/tools:
 	else echo "note: install promtool (prometheus) and chromium for the full test suite"; fi
 	@mkdir -p $(STAMPS) && touch $@
 
+# The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,
+# with the .d.ts files, and test/types.ts type-checked against them).
+SDK_NODE_SOURCES := $(wildcard sdk/node/src/*.ts) sdk/node/test/types.ts sdk/node/tsconfig.json
+$(STAMPS)/sdk-node: sdk/node/package.json sdk/node/package-lock.json $(SDK_NODE_SOURCES)
+	cd sdk/node && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+	@mkdir -p $(STAMPS) && touch $@
+
+# The Java consumer SDK: Maven resolves everything once (plugins, protoc, the test provider),
+# generates the contract's code, builds the jar and its runtime closure (target/lib); no test
+# runs here (-Dtest=none).
+SDK_JAVA_SOURCES := $(wildcard sdk/java/src/main/java/dev/siding/consumer/*.java)
+$(STAMPS)/sdk-java: sdk/java/pom.xml proto/siding/v1/consumer.proto $(SDK_JAVA_SOURCES)
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml package -Dtest=none -Dsurefire.failIfNoSpecifiedTests=false
+	@mkdir -p $(STAMPS) && touch $@
+
+test-sdk-node: $(STAMPS)/sdk-node
+	cd sdk/node && node --test test/*.test.mjs
+
+test-sdk-java: $(STAMPS)/sdk-java
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml test
+
 demo: setup
 	$(VENV)/bin/siding demo
 
-test: setup lint
+test: setup lint test-sdk-node test-sdk-java
 	$(PY) -m pytest tests
 
 test-unit: setup
@@ -57,4 +78,4 @@ bench: setup
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(STAMPS) .jars $(VENV)
+	rm -rf $(STAMPS) .jars $(VENV) sdk/node/node_modules sdk/node/dist sdk/java/target

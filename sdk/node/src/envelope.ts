@@ -124,6 +124,16 @@ function text(item: Record<string, unknown>, field: string, where: string): stri
   return value;
 }
 
+/**
+ * JSON.parse keeps integers exact only up to 2^53; past that the offset is read from the id
+ * ("topic/partition/offset"), which carries it as text.
+ */
+function offset(parsed: number, id: string): bigint {
+  if (Number.isSafeInteger(parsed)) return BigInt(parsed);
+  const tail = id.slice(id.lastIndexOf("/") + 1);
+  return /^[0-9]+$/.test(tail) ? BigInt(tail) : BigInt(parsed);
+}
+
 function batchItem(item: unknown, index: number): Delivery {
   const where = `batch item ${index}`;
   if (typeof item !== "object" || item === null || Array.isArray(item)) throw new EnvelopeError(`${where} is not a JSON object`);
@@ -137,11 +147,12 @@ function batchItem(item: unknown, index: number): Delivery {
     return Object.freeze({ key: text(header, "key", at), value: base64(header, "value_base64", at) ?? Buffer.alloc(0) });
   });
   const time = event.time;
+  const id = text(event, "id", where);
   return Object.freeze({
-    id: text(event, "id", where),
+    id,
     topic: text(event, "sidingtopic", where),
     partition: whole(event, "sidingpartition", where),
-    offset: BigInt(whole(event, "sidingoffset", where)),
+    offset: offset(whole(event, "sidingoffset", where), id),
     key: base64(event, "sidingkey", where),
     value: base64(event, "data_base64", where),
     headers: Object.freeze(headers),

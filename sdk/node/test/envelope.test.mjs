@@ -1,5 +1,6 @@
 // Pure: webhook requests as deliveries, replies as HTTP answers (docs/webhooks.md, docs/batch.md).
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 import { EnvelopeError, batchAnswer, deliveriesFromBatch, deliveryFromRequest, isBatch, singleAnswer } from "../dist/envelope.js";
 import { ack, backoff, dead, retry } from "../dist/index.js";
@@ -107,6 +108,22 @@ describe("batch envelope", () => {
     assert.equal(d.timestampMs, Date.UTC(2026, 10, 23, 10));
     assert.equal(t.value, null);
     assert.equal(t.key, null);
+  });
+
+  it("reads back exactly the deliveries of siding's own envelope (sdk/testdata)", () => {
+    const text = readFileSync(new URL("../../testdata/batch-envelope.json", import.meta.url), "utf8");
+    const vector = JSON.parse(text);
+    const b64 = (s) => (s === null ? null : Buffer.from(s, "base64"));
+    const got = deliveriesFromBatch(Buffer.from(vector.body));
+    assert.equal(got.length, vector.deliveries.length);
+    vector.deliveries.forEach((want, n) => {
+      const d = got[n];
+      assert.deepEqual([d.id, d.topic, d.partition, d.timestampMs, d.attempt, d.lane], [want.id, want.topic, want.partition, want.timestamp_ms, want.attempt, want.lane]);
+      assert.equal(d.offset, BigInt(want.id.split("/").at(-1)), "exact past 2^53");
+      assert.deepEqual(d.key, b64(want.key_base64));
+      assert.deepEqual(d.value, b64(want.value_base64));
+      assert.deepEqual(d.headers.map((h) => [h.key, h.value]), want.headers.map((h) => [h.key, b64(h.value_base64)]));
+    });
   });
 
   it("names what is wrong with a bad batch", () => {

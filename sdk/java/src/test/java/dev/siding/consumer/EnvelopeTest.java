@@ -115,6 +115,36 @@ class EnvelopeTest {
     assertEquals(List.of(2, 1), List.of(t.attempt(), t.lane()));
   }
 
+  private static byte[] b64(Object text) {
+    return text == null ? null : java.util.Base64.getDecoder().decode((String) text);
+  }
+
+  @Test
+  void readsBackExactlyTheDeliveriesOfSidingsOwnEnvelope() throws Exception {
+    String text = java.nio.file.Files.readString(java.nio.file.Path.of("../testdata/batch-envelope.json"));
+    Map<?, ?> vector = (Map<?, ?>) Json.parse(text);
+    List<?> wanted = (List<?>) vector.get("deliveries");
+    List<Delivery> got = Envelope.fromBatch(((String) vector.get("body")).getBytes(StandardCharsets.UTF_8));
+    assertEquals(wanted.size(), got.size());
+    for (int n = 0; n < got.size(); n++) {
+      Map<?, ?> want = (Map<?, ?>) wanted.get(n);
+      Delivery d = got.get(n);
+      assertEquals(
+          List.of(want.get("id"), want.get("topic"), want.get("partition"), want.get("offset"),
+              want.get("timestamp_ms"), want.get("attempt"), want.get("lane")),
+          List.of(d.id(), d.topic(), (long) d.partition(), d.offset(), d.timestampMs(), (long) d.attempt(), (long) d.lane()));
+      assertArrayEquals(b64(want.get("key_base64")), d.key());
+      assertArrayEquals(b64(want.get("value_base64")), d.value());
+      List<?> headers = (List<?>) want.get("headers");
+      assertEquals(headers.size(), d.headers().size());
+      for (int h = 0; h < headers.size(); h++) {
+        Map<?, ?> header = (Map<?, ?>) headers.get(h);
+        assertEquals(header.get("key"), d.headers().get(h).key());
+        assertArrayEquals(b64(header.get("value_base64")), d.headers().get(h).value());
+      }
+    }
+  }
+
   @Test
   void namesWhatIsWrongWithABadBatch() {
     Map<String, String> cases = new HashMap<>();
