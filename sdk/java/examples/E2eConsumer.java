@@ -6,63 +6,107 @@ import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
-import java.util.Base64;
+import java.time.Duration;
+import java.util.HexFormat;
+import java.util.LinkedHashMap;
+import java.util.Map;
 
 /**
- * The consumer tests/e2e runs against a real siding: gRPC and HTTP webhooks from one handler.
+ * The end-to-end consumer (tests/e2e): serves gRPC and/or signed HTTP webhooks with one handler,
+ * answers by the record's key and writes one JSON line per delivery to --record.
  *
  * <pre>
- * GRPC_PORT=0 HTTP_PORT=0 WEBHOOK_SECRET=whsec_... RECORD=out.jsonl \
- *   java -cp 'target/siding-consumer-0.1.0.jar:target/lib/*' examples/E2eConsumer.java
+ * java -cp 'target/siding-consumer-0.1.0.jar:target/lib/*' examples/E2eConsumer.java \
+ *   --grpc 127.0.0.1:50051 --http 127.0.0.1:8080 --secret whsec_... --record out.jsonl
+ *
+ * key "dead"  -> dead("dead on purpose")
+ * key "retry" -> retry on attempt 1, ack from attempt 2
+ * any other   -> ack
  * </pre>
  *
- * By key: "retry" is retried once (then acked from retry lane 1), "dead" is dead-lettered, any
- * other key is acked. Every delivery is appended to RECORD as one JSON line. Prints "ready
- * grpc=HOST:PORT http=URL" once serving; on SIGTERM it stops gracefully and prints what each
- * transport carried ("stats grpc=... http=...").
+ * A line: {"transport", "id", "key", "attempt", "lane", "value_hex", "verdict"} (the protocol
+ * every SDK's e2e consumer shares). On SIGTERM it stops gracefully, prints what each server
+ * carried ("stats grpc=Stats[...] http=Stats[...]") and exits 0.
  */
 public class E2eConsumer {
   private static OutputStream record;
 
-  public static void main(String[] args) throws Exception {
-    String path = System.getenv().getOrDefault("RECORD", "/dev/null");
-    record = new FileOutputStream(path, true);
-    ConsumerServer grpc = ConsumerServer.builder(E2eConsumer::handle)
-        .port(Integer.parseInt(System.getenv().getOrDefault("GRPC_PORT", "0")))
-        .build()
-        .start();
-    String secret = System.getenv("WEBHOOK_SECRET");
-    WebhookServer.Builder web = WebhookServer.builder(E2eConsumer::handle)
-        .port(Integer.parseInt(System.getenv().getOrDefault("HTTP_PORT", "0")));
-    WebhookServer http = (secret == null ? web.unsigned() : web.secret(secret)).build().start();
+  public static void main(String[] argv) throws Exception {
+    Map<String, String> args = new LinkedHashMap<>();
+    for (int i = 0; i + 1 < argv.length; i += 2) {
+      args.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
+    }
+    if (!args.containsKey("record") || !(args.containsKey("grpc") || args.containsKey("http"))) {
+      System.err.println("usage: E2eConsumer [--grpc HOST:PORT] [--http HOST:PORT] [--secret S] --record FILE");
+      System.exit(2);
+    }
+    record = new FileOutputStream(args.get("record"), true);
+    ConsumerServer grpc = null;
+    WebhookServer http = null;
+    if (args.containsKey("grpc")) {
+      String[] at = hostPort(args.get("grpc"));
+      grpc = ConsumerServer.builder(handler("grpc")).host(at[0]).port(Integer.parseInt(at[1]))
+          .grace(Duration.ofSeconds(5)).build().start();
+    }
+    if (args.containsKey("http")) {
+      String[] at = hostPort(args.get("http"));
+      WebhookServer.Builder web = WebhookServer.builder(handler("http")).host(at[0])
+          .port(Integer.parseInt(at[1])).grace(Duration.ofSeconds(5));
+      http = (args.containsKey("secret") ? web.secret(args.get("secret")) : web.unsigned()).build().start();
+    }
+    ConsumerServer g = grpc;
+    WebhookServer h = http;
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-      grpc.stop();
-      http.stop();
-      System.out.println("stats grpc=" + grpc.stats() + " http=" + http.stats());
+      StringBuilder stats = new StringBuilder("stats");
+      if (g != null) {
+        g.stop();
+        stats.append(" grpc=").append(g.stats());
+      }
+      if (h != null) {
+        h.stop();
+        stats.append(" http=").append(h.stats());
+      }
+      System.out.println(stats);
       System.out.flush();
+      // Stopped cleanly: exit 0 (the JVM's own exit status on SIGTERM would be 143).
+      Runtime.getRuntime().halt(0);
     }));
-    System.out.println("ready grpc=" + grpc.target() + " http=" + http.url());
+    System.out.println("ready" + (g != null ? " grpc" : "") + (h != null ? " http" : ""));
     System.out.flush();
-    grpc.awaitTermination();
+    Thread.currentThread().join();
   }
 
-  static Reply handle(Delivery d) throws IOException {
+  private static String[] hostPort(String address) {
+    int colon = address.lastIndexOf(':');
+    return new String[] {address.substring(0, colon), address.substring(colon + 1)};
+  }
+
+  static Reply answer(Delivery d) {
     String key = d.key() == null ? null : new String(d.key(), StandardCharsets.UTF_8);
-    String line = "{\"id\":" + quote(d.id()) + ",\"topic\":" + quote(d.topic())
-        + ",\"offset\":" + d.offset() + ",\"key\":" + quote(key)
-        + ",\"value_base64\":" + quote(d.value() == null ? null : Base64.getEncoder().encodeToString(d.value()))
-        + ",\"attempt\":" + d.attempt() + ",\"lane\":" + d.lane() + "}\n";
-    synchronized (E2eConsumer.class) {
-      record.write(line.getBytes(StandardCharsets.UTF_8));
-      record.flush();
-    }
     if ("dead".equals(key)) return Reply.dead("dead on purpose");
-    if ("retry".equals(key) && d.attempt() == 1) return Reply.retry("once more");
+    if ("retry".equals(key) && d.attempt() == 1) return Reply.retry("retry once");
     return Reply.ack();
   }
 
+  static dev.siding.consumer.Handler handler(String transport) {
+    return d -> {
+      Reply reply = answer(d);
+      String key = d.key() == null ? "" : new String(d.key(), StandardCharsets.UTF_8);
+      String line = "{\"transport\":\"" + transport + "\",\"id\":" + quote(d.id())
+          + ",\"key\":" + quote(key) + ",\"attempt\":" + d.attempt() + ",\"lane\":" + d.lane()
+          + ",\"value_hex\":\"" + (d.value() == null ? "" : HexFormat.of().formatHex(d.value()))
+          + "\",\"verdict\":\"" + reply.verdict().name().toLowerCase() + "\"}\n";
+      write(line);
+      return reply;
+    };
+  }
+
+  private static synchronized void write(String line) throws IOException {
+    record.write(line.getBytes(StandardCharsets.UTF_8));
+    record.flush();
+  }
+
   private static String quote(String s) {
-    if (s == null) return "null";
     StringBuilder out = new StringBuilder("\"");
     for (char c : s.toCharArray()) {
       if (c == '"' || c == '\\') out.append('\\').append(c);

@@ -197,20 +197,20 @@ export function singleAnswer(given: Reply): HttpAnswer {
     case "dead":
       return { status: 422, headers: TEXT, body: reply.reason || "dead" };
     case "backoff":
-      return { status: 503, headers: { ...TEXT, ...retryAfter(reply.afterSeconds) }, body: reply.reason || "back off" };
+      return { status: 429, headers: { ...TEXT, ...retryAfter(reply.afterSeconds) }, body: reply.reason || "back off" };
     case "retry":
       // 5xx: the next retry lane; a one-delivery answer cannot carry its own delay.
       return { status: 500, headers: TEXT, body: reply.reason || "retry" };
   }
 }
 
-/** The answer to a batch request: one result per delivery; a batch that all backs off is a 503. */
+/** The answer to a batch request: one result per delivery; a batch that all backs off is a 429. */
 export function batchAnswer(ids: readonly string[], replies: readonly Reply[]): HttpAnswer {
   const given = replies.map(forHttp);
   if (given.length > 0 && given.every((r) => r.verdict === "backoff")) {
     const afters = given.map((r) => r.afterSeconds).filter((a): a is number => a !== undefined);
     const after = afters.length > 0 ? Math.max(...afters) : undefined;
-    return { status: 503, headers: { ...TEXT, ...retryAfter(after) }, body: given[0]?.reason || "back off" };
+    return { status: 429, headers: { ...TEXT, ...retryAfter(after) }, body: given[0]?.reason || "back off" };
   }
   const results = given.map((reply, n) => {
     const id = ids[n] as string;

@@ -62,7 +62,7 @@ export function dead(reason: string): Reply {
  * The consumer cannot take work now (overloaded, a dependency is down): siding slows down and
  * delivers it again in place, without spending an attempt. Unary gRPC and single webhooks say so
  * for one delivery; a stream, a batch frame or a batch request cannot, so there it is a RETRY with
- * `afterSeconds` (a whole HTTP batch that backs off is answered 503).
+ * `afterSeconds` (a whole HTTP batch that backs off is answered 429).
  */
 export function backoff(options: RetryOptions = {}): Reply {
   return Reply.make("backoff", checkReason(options.reason ?? "", "backoff"), checkAfter(options.afterSeconds, "backoff"));

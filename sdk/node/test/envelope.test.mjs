@@ -55,8 +55,8 @@ describe("one delivery per request", () => {
     [ack(), 204, {}, ""],
     [dead("bad currency"), 422, {}, "bad currency"],
     [retry({ reason: "busy", afterSeconds: 5 }), 500, {}, "busy"],
-    [backoff({ reason: "db down", afterSeconds: 2.2 }), 503, { "retry-after": "3" }, "db down"],
-    [backoff(), 503, {}, "back off"],
+    [backoff({ reason: "db down", afterSeconds: 2.2 }), 429, { "retry-after": "3" }, "db down"],
+    [backoff(), 429, {}, "back off"],
     [ack([{ topic: "out" }]), 500, {}, "the reply has outputs, which only a gRPC endpoint can carry"],
   ];
   for (const [reply, status, extra, body] of answers) {
@@ -149,9 +149,9 @@ describe("batch envelope", () => {
     });
   });
 
-  it("answers 503 with the longest Retry-After when every delivery backs off", () => {
+  it("answers 429 with the longest Retry-After when every delivery backs off", () => {
     const a = batchAnswer(["a", "b"], [backoff({ afterSeconds: 1, reason: "db" }), backoff({ afterSeconds: 7.5 })]);
-    assert.equal(a.status, 503);
+    assert.equal(a.status, 429);
     assert.equal(a.headers["retry-after"], "8");
     assert.equal(a.body, "db");
   });

@@ -240,13 +240,13 @@ final class Envelope {
     return switch (reply.verdict()) {
       case ACK -> new HttpAnswer(204, Map.of(), "");
       case DEAD -> new HttpAnswer(422, TEXT, or(reply.reason(), "dead"));
-      case BACKOFF -> new HttpAnswer(503, withRetryAfter(TEXT, reply), or(reply.reason(), "back off"));
+      case BACKOFF -> new HttpAnswer(429, withRetryAfter(TEXT, reply), or(reply.reason(), "back off"));
       // 5xx: the next retry lane; a one-delivery answer cannot carry its own delay.
       case RETRY -> new HttpAnswer(500, TEXT, or(reply.reason(), "retry"));
     };
   }
 
-  /** The answer to a batch: one result per delivery; a batch that all backs off is a 503. */
+  /** The answer to a batch: one result per delivery; a batch that all backs off is a 429. */
   static HttpAnswer batch(List<String> ids, List<Reply> replies) {
     List<Reply> given = replies.stream().map(Envelope::forHttp).toList();
     if (!given.isEmpty() && given.stream().allMatch(r -> r.verdict() == Verdict.BACKOFF)) {
@@ -255,7 +255,7 @@ final class Envelope {
               .filter(r -> r.after().isPresent())
               .max((a, b) -> a.after().get().compareTo(b.after().get()))
               .orElse(given.get(0));
-      return new HttpAnswer(503, withRetryAfter(TEXT, longest), or(given.get(0).reason(), "back off"));
+      return new HttpAnswer(429, withRetryAfter(TEXT, longest), or(given.get(0).reason(), "back off"));
     }
     List<Object> results = new ArrayList<>(given.size());
     for (int i = 0; i < given.size(); i++) {

@@ -53,7 +53,7 @@ public final class Reply {
    * The consumer cannot take work now (overloaded, a dependency is down): siding slows down and
    * delivers it again in place, without spending an attempt. Unary gRPC and single webhooks say
    * so for one delivery; a stream, a batch frame or a batch request cannot, so there it is a
-   * RETRY with {@code after} (a whole HTTP batch that backs off is answered 503).
+   * RETRY with {@code after} (a whole HTTP batch that backs off is answered 429).
    */
   public static Reply backoff(Duration after, String reason) {
     return new Reply(

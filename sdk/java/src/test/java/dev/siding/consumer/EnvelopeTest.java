@@ -82,7 +82,7 @@ class EnvelopeTest {
     assertEquals(500, Envelope.single(Reply.retry(Duration.ofSeconds(5), "busy")).status());
     assertNull(Envelope.single(Reply.retry(Duration.ofSeconds(5), "busy")).headers().get("retry-after"));
     var backoff = Envelope.single(Reply.backoff(Duration.ofMillis(2200), "db down"));
-    assertEquals(List.of(503, "3", "db down"), List.of(backoff.status(), backoff.headers().get("retry-after"), backoff.body()));
+    assertEquals(List.of(429, "3", "db down"), List.of(backoff.status(), backoff.headers().get("retry-after"), backoff.body()));
     var outputs = Envelope.single(Reply.ack(List.of(Output.of("out", null, null))));
     assertEquals(500, outputs.status());
     assertEquals("the reply has outputs, which only a gRPC endpoint can carry", outputs.body());
@@ -176,6 +176,6 @@ class EnvelopeTest {
         Json.parse(answer.body()));
     var all = Envelope.batch(List.of("a", "b"),
         List.of(Reply.backoff(Duration.ofSeconds(1), "db"), Reply.backoff(Duration.ofMillis(7500), "")));
-    assertEquals(List.of(503, "8", "db"), List.of(all.status(), all.headers().get("retry-after"), all.body()));
+    assertEquals(List.of(429, "8", "db"), List.of(all.status(), all.headers().get("retry-after"), all.body()));
   }
 }
