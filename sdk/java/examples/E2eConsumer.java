@@ -1,3 +1,4 @@
+import dev.siding.consumer.Call;
 import dev.siding.consumer.ConsumerServer;
 import dev.siding.consumer.Delivery;
 import dev.siding.consumer.Reply;
@@ -24,9 +25,10 @@ import java.util.Map;
  * any other   -> ack
  * </pre>
  *
- * A line: {"transport", "id", "key", "attempt", "lane", "value_hex", "verdict"} (the protocol
- * every SDK's e2e consumer shares). On SIGTERM it stops gracefully, prints what each server
- * carried ("stats grpc=Stats[...] http=Stats[...]") and exits 0.
+ * A line: {"transport", "call", "id", "key", "attempt", "lane", "value_hex", "verdict"} (the
+ * protocol every SDK's e2e consumer shares, docs/sdks.md; "call" is how the delivery arrived).
+ * On SIGTERM it stops gracefully, prints what each server carried ("stats grpc=Stats[...]
+ * http=Stats[...]") and exits 0.
  */
 public class E2eConsumer {
   private static OutputStream record;
@@ -92,7 +94,8 @@ public class E2eConsumer {
     return d -> {
       Reply reply = answer(d);
       String key = d.key() == null ? "" : new String(d.key(), StandardCharsets.UTF_8);
-      String line = "{\"transport\":\"" + transport + "\",\"id\":" + quote(d.id())
+      String line = "{\"transport\":\"" + transport + "\",\"call\":" + quote(Call.current())
+          + ",\"id\":" + quote(d.id())
           + ",\"key\":" + quote(key) + ",\"attempt\":" + d.attempt() + ",\"lane\":" + d.lane()
           + ",\"value_hex\":\"" + (d.value() == null ? "" : HexFormat.of().formatHex(d.value()))
           + "\",\"verdict\":\"" + reply.verdict().name().toLowerCase() + "\"}\n";

@@ -8,8 +8,8 @@
 //   key "retry" -> retry on attempt 1, ack from attempt 2
 //   any other   -> ack
 //
-// A line: {"transport", "id", "key", "attempt", "lane", "value_hex", "verdict"} (the protocol every
-// SDK's e2e consumer shares). On SIGTERM it stops gracefully, prints what each server carried
+// A line: {"transport", "call", "id", "key", "attempt", "lane", "value_hex", "verdict"} (the
+// protocol every SDK's e2e consumer shares, docs/sdks.md; "call" is how the delivery arrived). On SIGTERM it stops gracefully, prints what each server carried
 // ("stats grpc={...} http={...}") and exits 0.
 import { appendFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -30,10 +30,11 @@ function answer(d) {
   return ack();
 }
 
-const handler = (transport) => (d) => {
+const handler = (transport) => (d, { call }) => {
   const reply = answer(d);
   const line = {
     transport,
+    call,
     id: d.id,
     key: d.key?.toString("utf8") ?? "",
     attempt: d.attempt,

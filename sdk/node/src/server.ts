@@ -9,8 +9,24 @@ import { CONSUMER_SERVICE, services } from "./proto.js";
 import { type Output, type Reply, replyForReturn, replyForThrow } from "./reply.js";
 import { untilSignalled } from "./signals.js";
 
+/** How a delivery arrived: the gRPC call, or a webhook request of one delivery or a batch. */
+export type Call = "Deliver" | "DeliverStream" | "DeliverBatches" | "webhook" | "webhook-batch";
+
+/** What a handler is told beside the delivery (for metrics and logs). */
+export interface DeliveryInfo {
+  readonly call: Call;
+}
+
 /** Answers one delivery; may be async. A throw is a RETRY (DeadLetter: DEAD). */
-export type Handler = (delivery: Delivery) => Reply | Promise<Reply>;
+export type Handler = (delivery: Delivery, info: DeliveryInfo) => Reply | Promise<Reply>;
+
+const INFO: Readonly<Record<Call, DeliveryInfo>> = Object.freeze({
+  Deliver: Object.freeze({ call: "Deliver" }),
+  DeliverStream: Object.freeze({ call: "DeliverStream" }),
+  DeliverBatches: Object.freeze({ call: "DeliverBatches" }),
+  webhook: Object.freeze({ call: "webhook" }),
+  "webhook-batch": Object.freeze({ call: "webhook-batch" }),
+});
 
 export interface Logger {
   info(message: string): void;
@@ -230,7 +246,7 @@ export class ConsumerServer {
     server.addService(consumer, {
       Deliver: (call: grpc.ServerUnaryCall<DeliveryMessage, ResultMessage>, callback: grpc.sendUnaryData<ResultMessage>) => {
         this.counts.unary += 1;
-        void this.reply(call.request).then(([id, reply]) => {
+        void this.reply(call.request, "Deliver").then(([id, reply]) => {
           if (reply.verdict === "backoff") {
             // siding backs off and redelivers in place, without spending an attempt.
             callback({ code: grpc.status.RESOURCE_EXHAUSTED, details: reply.reason || "consumer backs off" });
@@ -276,19 +292,20 @@ export class ConsumerServer {
   }
 
   private session(call: Duplex, batched: boolean): void {
-    const session = new CallSession(call, (m) => this.answer(m), batched, (s) => this.sessions.delete(s), this.counts);
+    const kind: Call = batched ? "DeliverBatches" : "DeliverStream";
+    const session = new CallSession(call, (m) => this.answer(m, kind), batched, (s) => this.sessions.delete(s), this.counts);
     this.sessions.add(session);
     if (this.draining) session.drain();
   }
 
-  private async answer(message: DeliveryMessage): Promise<ResultMessage> {
-    const [id, reply] = await this.reply(message);
+  private async answer(message: DeliveryMessage, kind: Call): Promise<ResultMessage> {
+    const [id, reply] = await this.reply(message, kind);
     return resultMessage(id, reply);
   }
 
-  private async reply(message: DeliveryMessage): Promise<[string, Reply]> {
+  private async reply(message: DeliveryMessage, kind: Call): Promise<[string, Reply]> {
     const delivery = deliveryFromMessage(message);
-    return [delivery.id, await runHandler(this.handler, delivery, this.logger)];
+    return [delivery.id, await runHandler(this.handler, delivery, kind, this.logger)];
   }
 
   private credentials(): grpc.ServerCredentials {
@@ -301,9 +318,9 @@ export class ConsumerServer {
 }
 
 /** The handler's Reply for one delivery; never throws. */
-export async function runHandler(handler: Handler, delivery: Delivery, logger: Logger): Promise<Reply> {
+export async function runHandler(handler: Handler, delivery: Delivery, call: Call, logger: Logger): Promise<Reply> {
   try {
-    return replyForReturn(await handler(delivery));
+    return replyForReturn(await handler(delivery, INFO[call]));
   } catch (error) {
     const reply = replyForThrow(error);
     if (reply.verdict === "dead") logger.info(`siding-consumer: dead letter ${delivery.id}: ${reply.reason}`);

@@ -112,7 +112,7 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
         const deliveries = deliveriesFromBatch(body);
         counts.batches += 1;
         counts.batchDeliveries += deliveries.length;
-        const replies = await Promise.all(deliveries.map((d: Delivery) => runHandler(handler, d, logger)));
+        const replies = await Promise.all(deliveries.map((d: Delivery) => runHandler(handler, d, "webhook-batch", logger)));
         return batchAnswer(
           deliveries.map((d) => d.id),
           replies,
@@ -120,7 +120,7 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
       }
       const delivery = deliveryFromRequest(request.rawHeaders, body);
       counts.single += 1;
-      return singleAnswer(await runHandler(handler, delivery, logger));
+      return singleAnswer(await runHandler(handler, delivery, "webhook", logger));
     } catch (error) {
       if (error instanceof EnvelopeError) return plain(400, error.message);
       throw error;

@@ -177,6 +177,25 @@ describe("DeliverBatches", () => {
   });
 });
 
+describe("the call a delivery came by", () => {
+  it("is told to the handler: Deliver, DeliverStream, DeliverBatches", async () => {
+    const server = await new ConsumerServer((d, info) => dead(info.call), { logger: quiet }).start();
+    const client = consumerClient(server.target);
+    const calls = [(await unary(client, delivery(1))).reason];
+    const stream = duplex(client, "DeliverStream");
+    stream.call.write(delivery(2));
+    stream.call.end();
+    calls.push(...(await stream.ended).map((r) => r.reason));
+    const batches = duplex(client, "DeliverBatches");
+    batches.call.write({ deliveries: [delivery(3), delivery(4)] });
+    batches.call.end();
+    calls.push(...(await batches.ended).flatMap((f) => f.results.map((r) => r.reason)));
+    assert.deepEqual(calls, ["Deliver", "DeliverStream", "DeliverBatches", "DeliverBatches"]);
+    client.close();
+    await server.stop(1);
+  });
+});
+
 describe("health and stopping", () => {
   it("answers SERVING, tells watchers NOT_SERVING once stop begins; in-flight deliveries finish", async () => {
     const release = deferred();

@@ -18,7 +18,7 @@ describe("the package", () => {
   });
 
   it("runs the README's example: it answers, and SIGTERM stops it cleanly", async () => {
-    const example = fileURLToPath(new URL("../examples/quickstart.mjs", import.meta.url));
+    const example = fileURLToPath(new URL("../examples/hello.mjs", import.meta.url));
     const child = spawn(process.execPath, [example], { env: { ...process.env, LISTEN: "127.0.0.1:0" }, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     child.stdout.on("data", (c) => (out += c));

@@ -13,7 +13,8 @@ import {
   verifyWebhook,
 } from "siding-consumer";
 
-const handler: Handler = async (d: Delivery): Promise<Reply> => {
+const handler: Handler = async (d: Delivery, { call }): Promise<Reply> => {
+  if (call === "webhook-batch") return retry();
   const offset: bigint = d.offset;
   const key: Buffer | null = d.key;
   if (d.value === null) return ack();

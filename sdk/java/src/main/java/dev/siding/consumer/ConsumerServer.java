@@ -229,18 +229,24 @@ public final class ConsumerServer implements AutoCloseable {
     return TlsServerCredentials.create(certFile, keyFile);
   }
 
-  private ConsumerOuterClass.Result answer(ConsumerOuterClass.Delivery message) {
+  private ConsumerOuterClass.Result answer(ConsumerOuterClass.Delivery message, String call) {
     Delivery delivery = Proto.delivery(message);
-    return Proto.result(delivery.id(), Run.handler(handler, delivery));
+    return Proto.result(delivery.id(), Run.handler(handler, delivery, call));
   }
 
   private <I, O> StreamObserver<I> session(
       StreamObserver<O> out,
       java.util.function.Function<I, List<ConsumerOuterClass.Delivery>> split,
-      java.util.function.Function<List<ConsumerOuterClass.Result>, List<O>> frames) {
+      java.util.function.Function<List<ConsumerOuterClass.Result>, List<O>> frames,
+      String call) {
     CallSession<I, O> session =
         new CallSession<>(
-            out, split, frames, this::answer, executor, s -> settled(() -> sessions.remove(s)));
+            out,
+            split,
+            frames,
+            d -> answer(d, call),
+            executor,
+            s -> settled(() -> sessions.remove(s)));
     sessions.add(session);
     if (draining) {
       session.drain();
@@ -271,7 +277,7 @@ public final class ConsumerServer implements AutoCloseable {
         ConsumerOuterClass.Delivery request,
         ServerCallStreamObserver<ConsumerOuterClass.Result> call) {
       Delivery delivery = Proto.delivery(request);
-      Reply reply = Run.handler(handler, delivery);
+      Reply reply = Run.handler(handler, delivery, Call.DELIVER);
       if (call.isCancelled()) {
         return;
       }
@@ -294,7 +300,8 @@ public final class ConsumerServer implements AutoCloseable {
             stream.incrementAndGet();
             return List.of(d);
           },
-          results -> results);
+          results -> results,
+          Call.DELIVER_STREAM);
     }
 
     @Override
@@ -307,7 +314,8 @@ public final class ConsumerServer implements AutoCloseable {
             batchDeliveries.addAndGet(b.getDeliveriesCount());
             return b.getDeliveriesList();
           },
-          results -> List.of(ConsumerOuterClass.ResultBatch.newBuilder().addAllResults(results).build()));
+          results -> List.of(ConsumerOuterClass.ResultBatch.newBuilder().addAllResults(results).build()),
+          Call.DELIVER_BATCHES);
     }
   }
 

@@ -9,7 +9,8 @@ final class Run {
 
   private Run() {}
 
-  static Reply handler(Handler handler, Delivery delivery) {
+  static Reply handler(Handler handler, Delivery delivery, String call) {
+    Call.set(call);
     try {
       return Reply.forReturn(handler.handle(delivery));
     } catch (Exception | LinkageError | AssertionError e) {
@@ -20,6 +21,8 @@ final class Run {
         LOG.log(Level.WARNING, "handler threw for " + delivery.id(), e);
       }
       return reply;
+    } finally {
+      Call.set(null);
     }
   }
 }

@@ -223,7 +223,7 @@ public final class WebhookServer implements AutoCloseable {
         batchDeliveries.addAndGet(deliveries.size());
         List<CompletableFuture<Reply>> replies = new ArrayList<>(deliveries.size());
         for (Delivery delivery : deliveries) {
-          replies.add(CompletableFuture.supplyAsync(() -> Run.handler(handler, delivery), executor));
+          replies.add(CompletableFuture.supplyAsync(() -> Run.handler(handler, delivery, Call.WEBHOOK_BATCH), executor));
         }
         return Envelope.batch(
             deliveries.stream().map(Delivery::id).toList(),
@@ -231,7 +231,7 @@ public final class WebhookServer implements AutoCloseable {
       }
       Delivery delivery = Envelope.fromRequest(headers, body);
       single.incrementAndGet();
-      return Envelope.single(Run.handler(handler, delivery));
+      return Envelope.single(Run.handler(handler, delivery, Call.WEBHOOK));
     } catch (Envelope.EnvelopeException e) {
       return plain(400, e.getMessage());
     }

@@ -220,6 +220,25 @@ class ConsumerServerTest {
   }
 
   @Test
+  void theHandlerIsToldTheCallItsDeliveryCameBy() throws Exception {
+    ManagedChannel channel = channel(start(d -> Reply.dead(Call.current())));
+    List<String> calls = new ArrayList<>();
+    calls.add(ConsumerGrpc.newBlockingStub(channel).deliver(delivery(1, "x")).getReason());
+    var streamed = new Collector<Result>(1);
+    var stream = ConsumerGrpc.newStub(channel).deliverStream(streamed);
+    stream.onNext(delivery(2, "x"));
+    stream.onCompleted();
+    streamed.ended.get(10, TimeUnit.SECONDS).forEach(r -> calls.add(r.getReason()));
+    var frames = new Collector<ResultBatch>(1);
+    var batches = ConsumerGrpc.newStub(channel).deliverBatches(frames);
+    batches.onNext(DeliveryBatch.newBuilder().addDeliveries(delivery(3, "x")).addDeliveries(delivery(4, "x")).build());
+    batches.onCompleted();
+    frames.ended.get(10, TimeUnit.SECONDS).forEach(f -> f.getResultsList().forEach(r -> calls.add(r.getReason())));
+    assertEquals(List.of("Deliver", "DeliverStream", "DeliverBatches", "DeliverBatches"), calls);
+    assertEquals("", Call.current(), "outside a handler");
+  }
+
+  @Test
   void healthIsServingThenWatchersHearNotServingAndInFlightDeliveriesFinish() throws Exception {
     CountDownLatch bothStarted = new CountDownLatch(2);
     CountDownLatch release = new CountDownLatch(1);

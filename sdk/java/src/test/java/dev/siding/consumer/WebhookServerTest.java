@@ -37,6 +37,7 @@ class WebhookServerTest {
       seen.add(d);
       String text = d.value() == null ? "" : new String(d.value(), StandardCharsets.ISO_8859_1);
       return switch (text) {
+        case "call" -> Reply.dead(Call.current());
         case "dead" -> Reply.dead("bad record");
         case "retry" -> Reply.retry(Duration.ofSeconds(9), "busy");
         default -> Reply.ack();
@@ -91,6 +92,17 @@ class WebhookServerTest {
       var r = send("POST", sidingHeaders("orders/0/6", body), body);
       assertEquals(c.getValue(), List.of(r.statusCode(), r.body()));
     }
+  }
+
+  @Test
+  void tellsTheHandlerTheCallWebhookOrWebhookBatch() throws Exception {
+    byte[] body = "call".getBytes(StandardCharsets.UTF_8);
+    assertEquals("webhook", send("POST", sidingHeaders("orders/0/20", body), body).body());
+    byte[] batch = ("[" + event(21, "call") + "]").getBytes(StandardCharsets.UTF_8);
+    var headers = sidingHeaders("batch:orders/0/21:1", batch);
+    headers.put("content-type", "application/cloudevents-batch+json");
+    var results = (List<?>) ((Map<?, ?>) Json.parse(send("POST", headers, batch).body())).get("results");
+    assertEquals("webhook-batch", ((Map<?, ?>) results.get(0)).get("reason"));
   }
 
   @Test

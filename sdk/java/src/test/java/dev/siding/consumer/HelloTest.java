@@ -18,18 +18,18 @@ import siding.v1.ConsumerGrpc;
 import siding.v1.ConsumerOuterClass.Delivery;
 import siding.v1.ConsumerOuterClass.Verdict;
 
-/** The README's example, run as a user runs it: {@code java -cp ... examples/Quickstart.java}. */
-class QuickstartTest {
+/** The README's example, run as a user runs it: {@code java -cp ... examples/Hello.java}. */
+class HelloTest {
   @Test
   void theReadmesExampleAnswersAndStopsOnSigterm() throws Exception {
     int port;
     try (ServerSocket socket = new ServerSocket(0)) {
       port = socket.getLocalPort();
     }
-    Path output = Files.createTempFile("quickstart", ".out");
+    Path output = Files.createTempFile("hello", ".out");
     String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
     ProcessBuilder builder =
-        new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"), "examples/Quickstart.java")
+        new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"), "examples/Hello.java")
             .redirectErrorStream(true)
             .redirectOutput(output.toFile());
     builder.environment().put("PORT", Integer.toString(port));

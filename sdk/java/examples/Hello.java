@@ -2,7 +2,7 @@ import dev.siding.consumer.ConsumerServer;
 import dev.siding.consumer.Reply;
 import java.time.Duration;
 
-public class Quickstart {
+public class Hello {
   public static void main(String[] args) throws Exception {
     ConsumerServer.serve(d -> {
       if (d.value() == null) return Reply.ack();                             // a tombstone
