@@ -61,6 +61,17 @@ describe("Deliver (unary)", () => {
     });
   });
 
+  it("takes a 6 MiB record (gRPC's own default limit is 4 MiB)", async () => {
+    const big = Buffer.alloc(6 * 1024 * 1024, 7);
+    let size = 0;
+    const probe = await new ConsumerServer((d) => ((size = d.value.length), ack()), { logger: quiet }).start();
+    const c = consumerClient(probe.target);
+    assert.equal((await unary(c, delivery(1, { value: big }))).verdict, "VERDICT_ACK");
+    assert.equal(size, big.length);
+    c.close();
+    await probe.stop(1);
+  });
+
   it("carries outputs on an ack", async () => {
     const result = await unary(client, delivery(1, { value: Buffer.from("output") }));
     assert.equal(result.verdict, "VERDICT_ACK");

@@ -138,6 +138,19 @@ class ConsumerServerTest {
     assertEquals(null, seen.get(1).value());
   }
 
+  @Test
+  void takesA6MibRecordPastGrpcsOwnDefaultLimitOf4Mib() throws Exception {
+    List<Integer> sizes = Collections.synchronizedList(new ArrayList<>());
+    var stub = ConsumerGrpc.newBlockingStub(channel(start(d -> {
+      sizes.add(d.value().length);
+      return Reply.ack();
+    })));
+    byte[] big = new byte[6 * 1024 * 1024];
+    var r = stub.deliver(Delivery.newBuilder().setId("t/0/1").setTopic("t").setValue(ByteString.copyFrom(big)).build());
+    assertEquals(Verdict.VERDICT_ACK, r.getVerdict());
+    assertEquals(List.of(big.length), sizes);
+  }
+
   /** Collects what the server sends until it ends the call. */
   static final class Collector<T> implements StreamObserver<T> {
     final List<T> received = Collections.synchronizedList(new ArrayList<>());
