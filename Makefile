@@ -55,12 +55,13 @@ $(STAMPS)/sdk-node: sdk/node/package.json sdk/node/package-lock.json $(SDK_NODE_
 	cd sdk/node && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
 	@mkdir -p $(STAMPS) && touch $@
 
-# The Java consumer SDK: Maven resolves everything once (plugins, protoc, the test provider),
-# generates the contract's code, builds the jar and its runtime closure (target/lib); no test
-# runs here (-Dtest=none).
+# The Java consumer SDK: Maven resolves everything once (plugins, protoc and its grpc plugin,
+# the test provider), generates the contract's code, builds the jar and its runtime closure
+# (target/lib). Only one pure test class runs here (-Dtest=ReplyTest, under a second): with no
+# test at all, Maven would leave the test provider to be fetched by the first `make test`.
 SDK_JAVA_SOURCES := $(wildcard sdk/java/src/main/java/dev/siding/consumer/*.java)
 $(STAMPS)/sdk-java: sdk/java/pom.xml proto/siding/v1/consumer.proto $(SDK_JAVA_SOURCES)
-	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml package -Dtest=none -Dsurefire.failIfNoSpecifiedTests=false
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml package -Dtest=ReplyTest
 	@mkdir -p $(STAMPS) && touch $@
 
 test-sdk-node: $(STAMPS)/sdk-node

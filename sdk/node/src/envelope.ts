@@ -177,7 +177,7 @@ export function deliveriesFromBatch(body: Buffer): Delivery[] {
 /** HTTP cannot carry outputs: asking for them there is a handler bug, never a silent ack. */
 function forHttp(reply: Reply): Reply {
   if (reply.verdict === "ack" && reply.outputs.length > 0) {
-    return retry({ reason: "the reply has outputs, which only a gRPC endpoint can carry" });
+    return retry({ reason: "outputs can only be answered over gRPC" });
   }
   return reply;
 }

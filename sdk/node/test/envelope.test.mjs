@@ -57,7 +57,7 @@ describe("one delivery per request", () => {
     [retry({ reason: "busy", afterSeconds: 5 }), 500, {}, "busy"],
     [backoff({ reason: "db down", afterSeconds: 2.2 }), 429, { "retry-after": "3" }, "db down"],
     [backoff(), 429, {}, "back off"],
-    [ack([{ topic: "out" }]), 500, {}, "the reply has outputs, which only a gRPC endpoint can carry"],
+    [ack([{ topic: "out" }]), 500, {}, "outputs can only be answered over gRPC"],
   ];
   for (const [reply, status, extra, body] of answers) {
     it(`answers ${reply.verdict} with ${status}`, () => {

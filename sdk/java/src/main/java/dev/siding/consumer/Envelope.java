@@ -219,7 +219,7 @@ final class Envelope {
   /** HTTP cannot carry outputs: asking for them there is a handler bug, never a silent ack. */
   private static Reply forHttp(Reply reply) {
     if (reply.verdict() == Verdict.ACK && !reply.outputs().isEmpty()) {
-      return Reply.retry("the reply has outputs, which only a gRPC endpoint can carry");
+      return Reply.retry("outputs can only be answered over gRPC");
     }
     return reply;
   }

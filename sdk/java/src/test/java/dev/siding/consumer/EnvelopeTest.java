@@ -85,7 +85,7 @@ class EnvelopeTest {
     assertEquals(List.of(429, "3", "db down"), List.of(backoff.status(), backoff.headers().get("retry-after"), backoff.body()));
     var outputs = Envelope.single(Reply.ack(List.of(Output.of("out", null, null))));
     assertEquals(500, outputs.status());
-    assertEquals("the reply has outputs, which only a gRPC endpoint can carry", outputs.body());
+    assertEquals("outputs can only be answered over gRPC", outputs.body());
   }
 
   static final String EVENT =
