@@ -368,7 +368,9 @@ class SidingConfig(BaseModel):
     def redacted_dict(self) -> dict[str, Any]:
         """The effective configuration for display: secrets masked, durations as text."""
         data = self.model_dump(mode="json", exclude_none=True)
-        data["kafka"] = {"bootstrap": self.kafka.bootstrap, **data["kafka"]["client"]}
+        kafka = data["kafka"]
+        data["kafka"] = {"bootstrap": self.kafka.bootstrap, **kafka["client"]}
+        data["kafka"].update({t: kafka[t] for t in ("librdkafka", "java") if kafka[t]})
         for route, config in zip(data["route"], self.route, strict=True):
             route["endpoint"] = [e.url for e in config.endpoint]
             if not config.endpoint[0].is_grpc:
