@@ -5,14 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars demo test test-unit test-integration test-sdk-python test-sdk-go lint proto bench clean
+.PHONY: setup jars demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java lint proto bench clean
 
 GO ?= go
 GO_TOOLS := $(CURDIR)/.tools/go/bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/go
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/go $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 # requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
 # it and siding itself are then installed editable.
@@ -48,10 +48,32 @@ $(STAMPS)/go: sdk/go/go.mod sdk/go/go.sum
 	GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
 	@mkdir -p $(STAMPS) && touch $@
 
+# The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,
+# with the .d.ts files, and test/types.ts type-checked against them).
+SDK_NODE_SOURCES := $(wildcard sdk/node/src/*.ts) sdk/node/test/types.ts sdk/node/tsconfig.json
+$(STAMPS)/sdk-node: sdk/node/package.json sdk/node/package-lock.json $(SDK_NODE_SOURCES)
+	cd sdk/node && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+	@mkdir -p $(STAMPS) && touch $@
+
+# The Java consumer SDK: Maven resolves everything once (plugins, protoc and its grpc plugin,
+# the test provider), generates the contract's code, builds the jar and its runtime closure
+# (target/lib). Only one pure test class runs here (-Dtest=ReplyTest, under a second): with no
+# test at all, Maven would leave the test provider to be fetched by the first `make test`.
+SDK_JAVA_SOURCES := $(wildcard sdk/java/src/main/java/dev/siding/consumer/*.java)
+$(STAMPS)/sdk-java: sdk/java/pom.xml proto/siding/v1/consumer.proto $(SDK_JAVA_SOURCES)
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml package -Dtest=ReplyTest
+	@mkdir -p $(STAMPS) && touch $@
+
+test-sdk-node: $(STAMPS)/sdk-node
+	cd sdk/node && node --test test/*.test.mjs
+
+test-sdk-java: $(STAMPS)/sdk-java
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml test
+
 demo: setup
 	$(VENV)/bin/siding demo
 
-test: setup lint test-sdk-python test-sdk-go
+test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java
 	$(PY) -m pytest tests
 
 # The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
@@ -82,4 +104,4 @@ bench: setup
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(STAMPS) .jars $(VENV) .tools
+	rm -rf $(STAMPS) .jars $(VENV) .tools sdk/node/node_modules sdk/node/dist sdk/java/target
