@@ -9,6 +9,7 @@ import time
 import traceback
 from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -226,3 +227,38 @@ def test_a_stop_caught_in_a_failure_carries_no_trace_of_the_failure() -> None:
     except DrainStopped as stopped:
         text = "".join(traceback.format_exception(stopped))
     assert "o43.collect" not in text and "py4j: java" not in text
+
+
+def test_the_drain_hears_of_a_batch_after_its_group_commit() -> None:
+    # A drain stops the queries once their batches are committed: the group's offsets must be
+    # committed by then, or the group would show lag that is not there.
+    from siding.pipeline.commits import CommitTarget, make_listener
+
+    calls: list[str] = []
+    drain = Drain({"billing": 5.0})
+
+    def committed(name: str, batch_id: int) -> None:
+        calls.append("committed")
+        drain.progressed(name, batch_id)
+
+    listener = make_listener(
+        cast(Any, None),  # no sources: nothing to commit
+        {QUERY: CommitTarget("billing", "trips")},
+        lambda *_: calls.append("progress"),
+        committed,
+    )
+    drain.enter(QUERY, never_interrupted)
+    drain.leave(QUERY, "billing", 4, results(acked=1))
+    assert not drain.quiet([QUERY])
+
+    class Progress:
+        name = QUERY
+        batchId = 4
+        sources: tuple[object, ...] = ()
+
+    class Event:
+        progress = Progress()
+
+    listener.onQueryProgress(Event())
+    assert calls == ["progress", "committed"]
+    assert drain.quiet([QUERY])

@@ -331,7 +331,10 @@ class Application:
         while pending and not self.stop_event.is_set():
             for name in list(pending):
                 if self._drained(name, names[name]):
-                    log.info(summary(name, self.drain.finish(name)))
+                    # Batches still running at the timeout are cut by the stop.
+                    busy = self.drain.busy(names[name])
+                    line = summary(name, self.drain.finish(name), replayed=busy)
+                    log.log(logging.WARNING if busy else logging.INFO, line)
                     del pending[name]
             if pending:
                 self.stop_event.wait(poll_s)
@@ -343,14 +346,6 @@ class Application:
     def _drained(self, route: str, queries: list[str]) -> bool:
         """Whether ``route``'s drain is over; past its deadline it is, whatever is left."""
         if time.monotonic() >= self.drain.deadline(route):
-            busy = self.drain.busy(queries)
-            if busy:
-                log.warning(
-                    "drain: route %s: %d batch(es) still running at the drain timeout;"
-                    " stopping them (their records are delivered again on the next start)",
-                    route,
-                    busy,
-                )
             return True
         if not self.drain.quiet(queries):
             return False
