@@ -293,7 +293,7 @@ class Application:
         log.info("started %s on %s", name, topic)
 
     def request_drain(self) -> None:
-        """Begin a draining stop (``run`` returns; then call ``drain`` and ``stop``)."""
+        """Begin a draining stop (``run`` returns; then call ``drain_routes`` and ``stop``)."""
         if self.drain.begin():
             log.info("siding: draining (a second signal stops at once)")
 
