@@ -20,6 +20,7 @@ from siding.pipeline.drain import (
     Drain,
     DrainStopped,
     RouteTally,
+    fields,
     hold,
     quiet_py4j,
     summary,
@@ -156,6 +157,16 @@ def test_the_summary_says_what_was_cut_by_a_second_signal() -> None:
     )
     text = summary("billing", tally, replayed=1, hard=True)
     assert "(stopped at once)" in text and "1 batch(es) stopped mid-way" in text
+    tally.parked["t"] = 1
+    assert fields("billing", tally, replayed=1, hard=True) == {
+        "event": "drain",
+        "route": "billing",
+        "finished": 12,
+        "handed": 4,
+        "seconds": 1.25,
+        "replayed": 1,
+        "hard": True,
+    }
 
 
 def test_each_route_gets_a_drain_file_that_appears_when_the_drain_begins() -> None:

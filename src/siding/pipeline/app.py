@@ -30,7 +30,7 @@ from siding.pipeline import owner
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
-from siding.pipeline.drain import Drain, quiet_py4j, summary
+from siding.pipeline.drain import Drain, fields, quiet_py4j, summary
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.session import build_session, effective_master, task_slots
@@ -333,15 +333,18 @@ class Application:
                 if self._drained(name, names[name]):
                     # Batches still running at the timeout are cut by the stop.
                     busy = self.drain.busy(names[name])
-                    line = summary(name, self.drain.finish(name), replayed=busy)
-                    log.log(logging.WARNING if busy else logging.INFO, line)
+                    self._log_drain(name, busy, hard=False)
                     del pending[name]
             if pending:
                 self.stop_event.wait(poll_s)
         for name in pending:
-            busy = self.drain.busy(names[name])
-            line = summary(name, self.drain.finish(name), replayed=busy, hard=True)
-            log.warning(line)
+            self._log_drain(name, self.drain.busy(names[name]), hard=True)
+
+    def _log_drain(self, route: str, replayed: int, *, hard: bool) -> None:
+        tally = self.drain.finish(route)
+        extra = {"siding": fields(route, tally, replayed=replayed, hard=hard)}
+        level = logging.WARNING if hard or replayed else logging.INFO
+        log.log(level, summary(route, tally, replayed=replayed, hard=hard), extra=extra)
 
     def _drained(self, route: str, queries: list[str]) -> bool:
         """Whether ``route``'s drain is over; past its deadline it is, whatever is left."""

@@ -107,6 +107,21 @@ def summary(route: str, tally: RouteTally, *, replayed: int = 0, hard: bool = Fa
     return text
 
 
+def fields(
+    route: str, tally: RouteTally, *, replayed: int = 0, hard: bool = False
+) -> dict[str, Any]:
+    """Pure: the same as structured log fields (``--log-format json``)."""
+    return {
+        "event": "drain",
+        "route": route,
+        "finished": tally.finished,
+        "handed": tally.handed + len(tally.parked),
+        "seconds": round(tally.seconds or 0.0, 3),
+        "replayed": replayed,
+        "hard": hard,
+    }
+
+
 def answered(results: Iterable[TaskResult]) -> int:
     """Calls of a batch that have an answer (acked, to a lane, dead)."""
     return sum(r.acked + r.to_lane + r.to_dlq for r in results)
