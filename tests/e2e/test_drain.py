@@ -145,11 +145,16 @@ class Scenario:
             assert not _TRACE.search(run.log()), run.log()
         return stopped - asked
 
-    def finish(self, log: Path, count: int) -> str:
-        """Start siding, wait until ``count`` messages are done, stop it; its log."""
+    def finish(self, log: Path, count: int, more: int) -> str:
+        """Start siding, produce ``more`` messages (a stop at once may have left the group's
+        offsets behind the checkpoint: the next batch moves them), wait until all are done,
+        stop it; its log."""
         run = Siding(self.config, log)
         try:
-            wait_until(lambda: self.all_done(count), timeout_s=180, what=f"{count} messages done")
+            wait_until(run.running, timeout_s=180, what="siding running")
+            produce(self.kafka.bootstrap, self.topic, more, start_seq=count)
+            total = count + more
+            wait_until(lambda: self.all_done(total), timeout_s=180, what=f"{total} messages done")
             run.signal()
             run.wait(DRAIN_TIMEOUT_S + STOP_MARGIN_S + 30)
         finally:
@@ -210,11 +215,11 @@ def test_a_drained_stop_asks_nobody_twice_and_a_second_signal_loses_nothing(
     assert "(stopped at once)" in (tmp_path / "run-2.err").read_text()
     assert took_s <= STOP_MARGIN_S
 
-    # When a third run finishes the work
-    scenario.finish(tmp_path / "run-3.log", first + second)
+    # When a third run finishes the work (and a few more messages)
+    scenario.finish(tmp_path / "run-3.log", first + second, 30)
     # Then nothing was lost, nothing dead-lettered
     counts = scenario.deliveries()
-    assert counts.keys() == scenario.ids(first + second)
+    assert counts.keys() == scenario.ids(first + second + 30)
     assert not scenario.watcher.dead_letters()
     # And nobody was asked twice about a message of the drained stop (the second signal may
     # ask again about what it cut)
