@@ -28,8 +28,6 @@ from typing import Any, NoReturn
 from siding.errors import SidingError
 from siding.pipeline.task import TaskResult
 
-log = logging.getLogger(__name__)
-
 # Spark takes an error from a foreachBatch function for a stop when the query is being stopped
 # and the text names a py4j call interrupted by it (SPARK-39218). The text stays short: Spark
 # matches it with a regular expression that overflows the stack on long messages.
