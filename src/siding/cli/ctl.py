@@ -22,7 +22,7 @@ TOKEN_ENV = "SIDING_CONTROL_TOKEN"
 )
 @click.pass_context
 def ctl(ctx: click.Context, path: str | None, url: str | None, token: str | None) -> None:
-    """Pause, resume, close a breaker or change limits on a running siding."""
+    """Pause, resume, close a breaker, change limits or drain a running siding."""
     if path is not None:
         config = load_config(path)
         if url is None:
@@ -77,6 +77,14 @@ def resume(ctx: click.Context, route: str) -> None:
 def breaker_close(ctx: click.Context, route: str) -> None:
     """Close the route's circuit breakers (from each worker's next task)."""
     _call(ctx, "POST", f"/routes/{route}/breaker/close")
+
+
+@ctl.command()
+@click.pass_context
+def drain(ctx: click.Context) -> None:
+    """Stop siding gracefully, as SIGTERM does: every route drains (its calls in flight finish
+    within drain_timeout, its batch commits), then the process exits 0."""
+    _call(ctx, "POST", "/drain")
 
 
 @ctl.command("set")

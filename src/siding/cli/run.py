@@ -74,7 +74,8 @@ def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
     help="json: one JSON object per line, with the batch and breaker fields.",
 )
 def run(path: Path, log_level: str, log_format: str) -> None:
-    """Run every route of the config until Ctrl-C / SIGTERM."""
+    """Run every route of the config until Ctrl-C / SIGTERM (or `siding ctl drain`): each route
+    then drains (docs/operations.md, "Stopping siding"); a second signal stops at once."""
     from siding.control import ControlPlane, application_health
     from siding.pipeline.app import Application
     from siding.pipeline.metrics import MetricsSink
@@ -91,10 +92,12 @@ def run(path: Path, log_level: str, log_format: str) -> None:
     control = None
     if address:
         health = lambda: application_health(app)  # noqa: E731
-        control = ControlPlane(config, address, metrics, health, controls=app.controls)
+        control = ControlPlane(
+            config, address, metrics, health, controls=app.controls, drain=app.request_drain
+        )
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-        app.stop_event.set()
+        app.request_stop()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
@@ -105,6 +108,7 @@ def run(path: Path, log_level: str, log_format: str) -> None:
         app.start()
         log.info("siding: running %d route(s); Ctrl-C to stop", len(config.route))
         app.run()
+        app.drain_routes()
     finally:
         app.stop()
         if control is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 
 from siding.config import SidingConfig
@@ -23,12 +24,19 @@ class ControlPlane:
         *,
         controls: RouteControls | None = None,
         poll_s: float = POLL_S,
+        drain: Callable[[], None] | None = None,
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
         topics = [route_topics(r) for r in config.route]
         self.view = KafkaView(config.kafka.client_config(), topics, interval_s=poll_s)
         self.server = ControlServer(
-            address, metrics, queries, controls=controls, token=token, kafka=self.view.facts
+            address,
+            metrics,
+            queries,
+            controls=controls,
+            token=token,
+            kafka=self.view.facts,
+            drain=drain,
         )
 
     @property
