@@ -89,3 +89,16 @@ def test_a_ca_file_without_tls_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as error:
         ChannelSpec("localhost:1", tls=False, ca_file="/ca.pem")
     assert error.value.key == "ca_file"
+
+
+def test_an_ack_with_outputs_is_a_retry_so_the_outputs_are_not_dropped() -> None:
+    # Given a consumer that acks and asks siding to produce two records
+    message = consumer_pb2.Result(
+        delivery_id="t/0/1",
+        verdict=consumer_pb2.VERDICT_ACK,
+        outputs=[consumer_pb2.Output(topic="orders.billed", value=b"x")] * 2,
+    )
+    # Then the answer is not an ack: siding does not produce outputs yet
+    result = result_from_proto(message)
+    assert result.verdict is Verdict.RETRY
+    assert "2 output record(s)" in result.reason

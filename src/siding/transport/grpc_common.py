@@ -86,12 +86,22 @@ def result_from_proto(message: consumer_pb2.Result) -> Result:
 
     A missing or unknown verdict is a consumer bug: it becomes RETRY, so the message is neither
     lost (ACK) nor dead-lettered for something that is not its fault.
+
+    An answer carrying output records (consume-and-produce, ``Result.outputs``) becomes RETRY
+    with a reason: siding does not produce outputs yet, and acking would drop them silently.
     """
     verdict = _VERDICT_FROM_PROTO.get(message.verdict)
     reason = message.reason
     if verdict is None:
         verdict = Verdict.RETRY
         reason = reason or f"consumer answered without a verdict ({int(message.verdict)})"
+    if message.outputs:
+        verdict = Verdict.RETRY
+        reason = (
+            f"the answer carries {len(message.outputs)} output record(s), and this route"
+            " produces none (consume-and-produce is not supported yet): not acked, so they are"
+            " not lost"
+        )
     retry_after = message.retry_after_seconds if message.HasField("retry_after_seconds") else None
     return Result(message.delivery_id, verdict, retry_after, reason)
 
