@@ -62,36 +62,20 @@ def check_config(file: Path | None, option: Path | None) -> None:
 )
 def run(path: Path, log_level: str, log_format: str) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM."""
-    from siding.control import ControlPlane, application_health
-    from siding.pipeline.app import Application
-    from siding.pipeline.metrics import MetricsSink
+    from siding.control.runner import SidingRun
 
     logs.configure(log_level.lower(), log_format.lower())
     config = load_config(path)
-    metrics = MetricsSink()
-    for route in config.route:
-        metrics.declare(route.name, 1 + len(route.lanes))
-    app = Application(config, sink=metrics.sink)
-    address = config.control.address()
-    control = None
-    if address:
-        health = lambda: application_health(app)  # noqa: E731
-        control = ControlPlane(config, address, metrics, health, controls=app.controls)
+    siding = SidingRun(config)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-        app.stop_event.set()
+        siding.stop_event.set()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        if control is not None:
-            control.start()
-            log.info("siding: control API on %s (/health /status /metrics)", control.url)
-        app.start()
-        log.info("siding: running %d route(s); Ctrl-C to stop", len(config.route))
-        app.run()
+        siding.start()
+        siding.run()
     finally:
-        app.stop()
-        if control is not None:
-            control.stop()
+        siding.stop()
     log.info("siding: stopped cleanly")

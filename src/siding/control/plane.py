@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 
-from siding.config import SidingConfig
+from siding.config import RouteConfig, SidingConfig
 from siding.control.kafka_view import POLL_S, KafkaView, route_topics
+from siding.control.registry import RegistryService
 from siding.control.server import ControlServer, HealthSource
 from siding.pipeline.controls import RouteControls
 from siding.pipeline.metrics import MetricsSink
@@ -23,13 +25,24 @@ class ControlPlane:
         *,
         controls: RouteControls | None = None,
         poll_s: float = POLL_S,
+        registry: RegistryService | None = None,
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
         topics = [route_topics(r) for r in config.route]
         self.view = KafkaView(config.kafka.client_config(), topics, interval_s=poll_s)
         self.server = ControlServer(
-            address, metrics, queries, controls=controls, token=token, kafka=self.view.facts
+            address,
+            metrics,
+            queries,
+            controls=controls,
+            token=token,
+            kafka=self.view.facts,
+            registry=registry,
         )
+
+    def routes_changed(self, routes: Sequence[RouteConfig]) -> None:
+        """The page follows routes made or deleted at runtime."""
+        self.view.watch([route_topics(r) for r in routes])
 
     @property
     def url(self) -> str:

@@ -22,9 +22,12 @@ class QueryHealth:
     error: str | None = None
 
 
-def health_document(queries: Sequence[QueryHealth]) -> tuple[int, dict[str, Any]]:
-    """200 when there is at least one query and every query is active, else 503."""
-    healthy = bool(queries) and all(q.active for q in queries)
+def health_document(
+    queries: Sequence[QueryHealth], *, idle_ok: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """200 when there is at least one query (or none is expected: ``idle_ok``, a siding that
+    waits for routes made through the API) and every query is active, else 503."""
+    healthy = (bool(queries) or idle_ok) and all(q.active for q in queries)
     body = {
         "status": "ok" if healthy else "unavailable",
         "queries": [_query(q) for q in queries],

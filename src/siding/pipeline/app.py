@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from siding.kafka.admin import (
     TopicSpec,
     admin_client,
     cluster_id,
+    commit_offsets,
     committed_offsets,
     ensure_topics,
     existing_topics,
@@ -33,7 +35,12 @@ from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
-from siding.pipeline.source import source_options, starting_offsets, starting_offsets_of
+from siding.pipeline.source import (
+    end_offsets,
+    source_options,
+    starting_offsets,
+    starting_offsets_of,
+)
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -69,9 +76,16 @@ class Application:
     _tails: list[TopicTail] = field(default_factory=list)
     _present: set[str] = field(default_factory=set)
     controls: RouteControls = field(default_factory=RouteControls)
+    # Routes started or stopped at runtime (add_route, remove_route): what each one holds.
+    _admin: Any = None
+    _targets: dict[str, CommitTarget] = field(default_factory=dict)
+    _held: dict[str, list[Any]] = field(default_factory=dict)
+    _routes_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.controls = RouteControls({route.name: route for route in self.config.route})
+        self.controls = RouteControls(
+            {route.name: route for route in self.config.route}, self.config.control.registry_topic
+        )
 
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
@@ -91,58 +105,66 @@ class Application:
                 extra=config.spark.conf_values(),
             )
             self._own_session = True
-        targets: dict[str, CommitTarget] = {}  # filled below; the listener reads it live
+        self._admin = admin
+        targets = self._targets  # filled below; the listener reads it live
         self._listener = make_listener(admin, targets, self.on_progress)
         self.spark.streams.addListener(self._listener)
         for route in config.route:
-            partitions = partitions_of[route.name]
-            parking = KeyParking(naming.state_topic(route.name, "keys"))
-            parking.restore(read_to_end(client_conf, parking.topic))
-            state_producer = DurableProducer(client_conf)
-            self._producers.append(state_producer)
-            topics = (route.topic, *naming.route_lane_topics(route))
-            held = self._held_topics(route)
-            for lane, topic in enumerate(topics):
-                name = naming.query_name(route.name, lane)
-                more = held if lane == 0 else ()
-                targets[name] = CommitTarget(route.group, topic, more)
-                handler = LaneBatchHandler(
-                    route=route,
-                    lane=lane,
-                    client_conf=client_conf,
-                    parking=parking,
-                    state_producer=state_producer,
-                    stop=self.stop_event,
-                    sink=self.sink,
-                    parallelism=self.spark.sparkContext.defaultParallelism,
-                    controls=self.controls,
-                )
-                checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
-                    route.name, lane
-                )
-                starting = self._starting(
-                    client_conf,
-                    route,
-                    (topic, *more),
-                    partitions=partitions,
-                    checkpoint=checkpoint,
-                    lane=lane,
-                )
-                self._start_query(
-                    route,
-                    name,
-                    ",".join((topic, *more)),
-                    handler=handler,
-                    checkpoint=checkpoint,
-                    starting=starting,
-                )
-            # Parked records left from when the route parked are finished even if it no longer
-            # does (parking turned off, key mode): the main lane committed past them.
-            if route.parks or naming.park_topic(route.name) in self._present:
-                targets[naming.query_name(route.name, naming.PARK_LANE)] = CommitTarget(
-                    route.group, naming.park_topic(route.name)
-                )
-                self._start_park_lane(route, partitions, state_producer)
+            self._start_route(route, partitions_of[route.name])
+
+    def _start_route(self, route: RouteConfig, partitions: int) -> None:
+        """Restore the route's state and start its queries (main lane, retry lanes, park lane)."""
+        config, targets = self.config, self._targets
+        client_conf = config.kafka.client_config()
+        assert self.spark is not None
+        parking = KeyParking(naming.state_topic(route.name, "keys"))
+        parking.restore(read_to_end(client_conf, parking.topic))
+        state_producer = DurableProducer(client_conf)
+        self._producers.append(state_producer)
+        self._held.setdefault(route.name, []).append(state_producer)
+        topics = (route.topic, *naming.route_lane_topics(route))
+        held = self._held_topics(route)
+        for lane, topic in enumerate(topics):
+            name = naming.query_name(route.name, lane)
+            more = held if lane == 0 else ()
+            targets[name] = CommitTarget(route.group, topic, more)
+            handler = LaneBatchHandler(
+                route=route,
+                lane=lane,
+                client_conf=client_conf,
+                parking=parking,
+                state_producer=state_producer,
+                stop=self.stop_event,
+                sink=self.sink,
+                parallelism=self.spark.sparkContext.defaultParallelism,
+                controls=self.controls,
+            )
+            checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
+                route.name, lane
+            )
+            starting = self._starting(
+                client_conf,
+                route,
+                (topic, *more),
+                partitions=partitions,
+                checkpoint=checkpoint,
+                lane=lane,
+            )
+            self._start_query(
+                route,
+                name,
+                ",".join((topic, *more)),
+                handler=handler,
+                checkpoint=checkpoint,
+                starting=starting,
+            )
+        # Parked records left from when the route parked are finished even if it no longer
+        # does (parking turned off, key mode): the main lane committed past them.
+        if route.parks or naming.park_topic(route.name) in self._present:
+            targets[naming.query_name(route.name, naming.PARK_LANE)] = CommitTarget(
+                route.group, naming.park_topic(route.name)
+            )
+            self._start_park_lane(route, partitions, state_producer)
 
     def _start_park_lane(
         self, route: RouteConfig, partitions: int, state_producer: DurableProducer
@@ -150,6 +172,7 @@ class Application:
         client_conf = self.config.kafka.client_config()
         tail = TopicTail(client_conf, naming.state_topic(route.name, "settled"))
         self._tails.append(tail)
+        self._held.setdefault(route.name, []).append(tail)
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
         assert self.spark is not None
@@ -174,7 +197,9 @@ class Application:
             route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
         )
 
-    def _check_owners(self, admin: Any) -> list[tuple[Path, owner.Owner]]:
+    def _check_owners(
+        self, admin: Any, routes: tuple[RouteConfig, ...] | None = None
+    ) -> list[tuple[Path, owner.Owner]]:
         """Refuse any route whose checkpoint belongs to another cluster, topic or route (before
         Spark sees it); the owners still to be recorded once the route's topics are ready."""
         base = owner.local_dir(self.config.spark.checkpoint_dir)
@@ -183,7 +208,7 @@ class Application:
             return []
         cluster = cluster_id(admin)
         to_claim = []
-        for route in self.config.route:
+        for route in self.config.route if routes is None else routes:
             route_dir = base / naming.route_checkpoint_subdir(route.name)
             current = owner.Owner(route.name, route.topic, cluster)
             if owner.check(route_dir, current, naming.lane_label(0)).write:
@@ -281,10 +306,97 @@ class Application:
         self.queries.append(query)
         log.info("started %s on %s", name, topic)
 
+    def add_route(self, route: RouteConfig) -> None:
+        """Start a route made at runtime (docs/registration.md), as ``start`` starts one from
+        the config: its topics, its checkpoint's owner, its state and its queries."""
+        with self._routes_lock:
+            if self.spark is None or self._admin is None:
+                raise RouteFailed(f"route {route.name}: the application is not running")
+            if any(r.name == route.name for r in self.config.route):
+                raise RouteFailed(f"route {route.name} is already running")
+            to_claim = self._check_owners(self._admin, (route,))
+            partitions = self._prepare_topics(self._admin, route)
+            for route_dir, current in to_claim:
+                owner.claim(route_dir, current)
+            self.config = self.config.model_copy(update={"route": (*self.config.route, route)})
+            self.controls.add(route)
+            self._start_route(route, partitions)
+
+    def remove_route(self, name: str, timeout_s: float) -> dict[str, dict[int, int]]:
+        """Stop a route's queries once the batches they are running have committed (each is
+        held at the start of its next batch, as a pause holds it), then commit the group's
+        offsets; past ``timeout_s`` they are stopped as they are (a batch cut short is not
+        committed and runs again if the route comes back). Returns the offsets committed, per
+        topic. Lanes, DLQ, state topics and checkpoints stay (docs/registration.md)."""
+        with self._routes_lock:
+            route = next((r for r in self.config.route if r.name == name), None)
+            if route is None:
+                raise RouteFailed(f"no route named {name!r} is running")
+            names = {naming.query_name(name, lane) for lane in range(len(route.lanes) + 1)}
+            names.add(naming.query_name(name, naming.PARK_LANE))
+            queries = [q for q in self.queries if q.name in names]
+            self.controls.pause(name)
+            give_up = time.monotonic() + timeout_s
+            while not self._settled(name, queries) and time.monotonic() < give_up:
+                if self.stop_event.wait(0.1):
+                    break
+            else:
+                if not self._settled(name, queries):
+                    log.warning("route %s: stopped with a batch still running", name)
+            self.queries = [q for q in self.queries if q.name not in names]
+            # A batch held by the pause ends without starting; then each query stops.
+            self.controls.remove(name)
+            committed: dict[str, dict[int, int]] = {}
+            for query in queries:
+                try:
+                    query.stop()
+                except Exception as exc:
+                    log.warning("stopping %s: %s", query.name, _short(str(exc)))
+                committed.update(self._commit_last(query))
+            for query_name in names:
+                self._targets.pop(query_name, None)
+            self.config = self.config.model_copy(
+                update={"route": tuple(r for r in self.config.route if r.name != name)}
+            )
+            for held in self._held.pop(name, []):
+                if isinstance(held, DurableProducer):
+                    self._producers.remove(held)
+                else:
+                    self._tails.remove(held)
+                held.close()
+            return committed
+
+    def _settled(self, name: str, queries: list[StreamingQuery]) -> bool:
+        """Whether every batch of the route that was running has committed: each query is
+        between batches, or held by the pause at the start of its next one."""
+        running = 0
+        for query in queries:
+            try:
+                running += bool(query.status["isTriggerActive"])
+            except Exception:  # a query that ended has nothing running
+                continue
+        return running <= self.controls.held(name)
+
+    def _commit_last(self, query: StreamingQuery) -> dict[str, dict[int, int]]:
+        """Commit the group's offsets of a stopped query's last committed batch (the listener
+        may not have heard of it yet); what was committed, per topic."""
+        target = self._targets.get(str(query.name))
+        progress = query.lastProgress
+        if target is None or progress is None or self._admin is None:
+            return {}
+        out: dict[str, dict[int, int]] = {}
+        for source in progress.sources:
+            for topic in (target.topic, *target.more):
+                offsets = end_offsets(source.endOffset, topic)
+                if offsets:
+                    commit_offsets(self._admin, target.group, topic, offsets)
+                    out[topic] = offsets
+        return out
+
     def run(self, poll_s: float = 0.5) -> None:
         """Block until ``stop_event`` is set (clean stop) or a query fails (``RouteFailed``)."""
         while not self.stop_event.wait(poll_s):
-            for query in self.queries:
+            for query in list(self.queries):
                 try:
                     active = query.isActive
                     error = None if active else query.exception()
@@ -292,7 +404,7 @@ class Application:
                     if self.stop_event.is_set():
                         return
                     raise RouteFailed(f"lost the Spark driver: {exc}") from exc
-                if not active:
+                if not active and query in self.queries:  # not a route being deleted
                     self.stop_event.set()
                     raise RouteFailed(f"{query.name} stopped: {_short(str(error))}")
 

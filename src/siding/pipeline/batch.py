@@ -113,6 +113,7 @@ class LaneBatchHandler:
             rdd.getNumPartitions(),
             self.parking.snapshot(),
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
+            registry_topic=self.controls.registry_topic,
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results
