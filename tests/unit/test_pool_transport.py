@@ -272,3 +272,30 @@ async def test_a_killed_instance_costs_no_attempt_no_suspect_and_no_open_breaker
     assert report.stats.breaker_transitions == ()
     assert len(instances["m2"].received) > 0 and pool.stats.moved > 0
     assert {i.dead for i in instances.values()} == {False, True}
+
+
+async def test_a_send_with_no_instance_waits_for_one_to_join() -> None:
+    registry = Registry([])
+    instance = Instance()
+    pool = PoolTransport(registry, lambda _: instance, name="r")
+    sending = asyncio.create_task(pool.send(delivery(1), 4.0))
+    await asyncio.sleep(0.2)
+    assert not sending.done()
+    # When an instance joins (the worker's feed refreshes the pool), the send goes at once
+    registry.set([member(1)])
+    pool.refresh()
+    assert await asyncio.wait_for(sending, 1.0) == ACK
+    assert instance.received == [delivery(1).id]
+
+
+async def test_a_send_tries_an_instance_set_aside_again_when_its_time_is_up() -> None:
+    registry = Registry([member(1)])
+    restarting = ScriptedTransport()
+    restarting.set_down(True)
+    pool = pool_of(registry, {"m1": restarting})
+    asyncio.get_running_loop().call_later(0.3, restarting.set_down, False)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await pool.send(delivery(1), 4.0) == ACK
+    assert 0.9 <= loop.time() - began < 1.9  # set aside for DOWN_MIN_S, then tried again
+    assert len(restarting.started) == 2

@@ -14,7 +14,9 @@ from siding.registry.join import DEFAULT_CAPACITY, refusal
 from siding.registry.records import (
     Registration,
     RouteEntry,
+    alive_record,
     lapsed,
+    paused,
     registration_record,
     registration_tombstone,
     renewed,
@@ -219,3 +221,10 @@ def test_the_workers_see_each_route_s_members_change_with_a_version() -> None:
 def test_an_address_that_no_longer_parses_is_left_out() -> None:
     bad = Registration("r", "c", "ftp://h:1", 1, 0, 1)
     assert members_of([bad, reg()]) == members_of([reg()])
+
+
+def test_leases_are_moved_on_by_the_time_the_driver_was_away() -> None:
+    state = fold(as_pair(alive_record(TOPIC, 1_000)), as_pair(registration_record(TOPIC, reg())))
+    assert state.alive_ms == 1_000
+    assert paused(reg(expires_ms=10_000), 4_000).expires_ms == 14_000
+    assert paused(reg(expires_ms=10_000), -5).expires_ms == 10_000

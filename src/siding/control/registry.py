@@ -28,7 +28,9 @@ from siding.registry.records import (
     Registration,
     RegistryState,
     RouteEntry,
+    alive_record,
     lapsed,
+    paused,
     registration_record,
     registration_tombstone,
     renewed,
@@ -43,6 +45,9 @@ _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 _FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1"}
 # How often lapsed leases are looked for: an instance is dropped at most this long after.
 REAP_S = 0.5
+# How often the driver writes that it runs: after a restart, leases are moved on by the time
+# since the last of these (they do not run while siding is down).
+ALIVE_S = 2.0
 # A deleted route's running batches get this long past its longest deadline to commit.
 DELETE_SLACK_S = 5.0
 
@@ -80,6 +85,7 @@ class RegistryService:
         self._on_routes: Callable[[Sequence[RouteConfig]], None] = lambda _: None
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._alive_at = 0.0
 
     # -- life -------------------------------------------------------------------------------
 
@@ -91,6 +97,7 @@ class RegistryService:
         with_retries(lambda: ensure_topics(admin, [TopicSpec(self._topic, 1, _COMPACTED)]))
         self._state.apply_all(read_to_end(self._client_conf, self._topic))
         self._producer = DurableProducer(self._client_conf)
+        self._pause_leases()
         for name, entry in sorted(self._state.routes.items()):
             if name in self._file_routes:
                 log.warning("registry: route %s made through the API is now in the config file;"
@@ -109,6 +116,23 @@ class RegistryService:
         log.info("registry: %d route(s) made through the API and %d consumer registration(s)"
                  " read from %s", kept, joined, self._topic)  # fmt: skip
         return list(self._api_routes.values())
+
+    def _pause_leases(self) -> None:
+        """Leases do not run while siding is down: each is moved on by the time since the
+        driver last said it ran (so an instance that could not renew is not dropped for it)."""
+        now = self._now_ms()
+        away_ms = now - self._state.alive_ms if self._state.alive_ms else 0
+        regs = [r for route in list(self._state.consumers) for r in self._state.of_route(route)]
+        records = [alive_record(self._topic, now)]
+        if away_ms > 0 and regs:
+            moved = [paused(r, away_ms) for r in regs]
+            for reg in moved:
+                self._state.consumers[reg.route][reg.id] = reg
+            records += [registration_record(self._topic, reg) for reg in moved]
+            log.info("registry: siding was down for %.1fs: %d lease(s) moved on by as much",
+                     away_ms / 1000, len(moved))  # fmt: skip
+        self._write(records)
+        self._alive_at = time.monotonic()
 
     def attach(
         self,
@@ -361,8 +385,13 @@ class RegistryService:
     def _reap_loop(self) -> None:
         while not self._stop.wait(self._reap_s):
             try:
+                if time.monotonic() - self._alive_at >= ALIVE_S:
+                    self._write([alive_record(self._topic, self._now_ms())])
+                    self._alive_at = time.monotonic()
                 self.reap()
-            except Exception:  # the reaper must outlive a bad moment of Kafka's
+            except ControlError as exc:  # Kafka away for a moment: next time
+                log.warning("registry: %s", exc)
+            except Exception:  # the reaper must outlive anything
                 log.exception("registry: looking for lapsed leases failed")
 
     # -- writes -----------------------------------------------------------------------------

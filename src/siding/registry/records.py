@@ -4,9 +4,11 @@ One compacted topic (``[control] registry_topic``, one partition), two kinds of 
 
     route/<name>              a route made through the control API: the table as given
     consumer/<route>/<id>     a consumer instance that joined a route: its address and lease
+    driver/alive              when the driver last said it runs (leases do not run while it
+                              is down: they are moved on by the time it was away)
 
-A tombstone (null value) removes either. The driver writes them; the driver and every worker
-process read them back in log order.
+A tombstone (null value) removes a route or a consumer. The driver writes them; the driver and
+every worker process read them back in log order.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from siding.routing.producer import OutRecord
 
 ROUTE_PREFIX = "route/"
 CONSUMER_PREFIX = "consumer/"
+ALIVE_KEY = "driver/alive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,15 @@ def registration_tombstone(topic: str, route: str, consumer_id: str) -> OutRecor
     return OutRecord(topic, _consumer_key(route, consumer_id), None, ())
 
 
+def alive_record(topic: str, at_ms: int) -> OutRecord:
+    return OutRecord(topic, ALIVE_KEY.encode(), _json({"at_ms": at_ms}), ())
+
+
+def paused(reg: Registration, away_ms: int) -> Registration:
+    """The registration with its lease moved on by the time the driver was away."""
+    return replace(reg, expires_ms=reg.expires_ms + max(0, away_ms))
+
+
 def renewed(reg: Registration, now_ms: int, lease_s: float) -> Registration:
     """The registration with its lease running ``lease_s`` from ``now_ms``."""
     return replace(reg, expires_ms=now_ms + round(lease_s * 1000))
@@ -83,11 +95,14 @@ class RegistryState:
 
     routes: dict[str, RouteEntry] = field(default_factory=dict)
     consumers: dict[str, dict[str, Registration]] = field(default_factory=dict)
+    alive_ms: int = 0
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Fold one record in; a record of a kind this version does not know is skipped."""
         text = key.decode("utf-8", "replace")
-        if text.startswith(ROUTE_PREFIX):
+        if text == ALIVE_KEY:
+            self.alive_ms = int(json.loads(value)["at_ms"]) if value is not None else 0
+        elif text.startswith(ROUTE_PREFIX):
             name = text.removeprefix(ROUTE_PREFIX)
             if value is None:
                 self.routes.pop(name, None)

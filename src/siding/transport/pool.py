@@ -1,7 +1,7 @@
 """One transport over a route's consumer instances as they join and leave (docs/registration.md).
 
 The dispatcher sees one endpoint: each ``send`` goes to the live instance with the least
-outstanding work for its capacity. An instance that cannot be reached, or that breaks a call,
+outstanding work for its capacity, and waits (up to half its deadline) while there is none. An instance that cannot be reached, or that breaks a call,
 is set aside for a while (and tried again later); a delivery it never received goes to another
 instance at once. One it took with it goes to another instance once, without an attempt being
 spent; a second death of the same delivery is answered as the transports answer any death
@@ -13,6 +13,7 @@ new; its calls run out, and one it breaks is sent elsewhere with no suspicion at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -106,6 +107,7 @@ class PoolTransport:
         self._turn = 0
         self._died: OrderedDict[str, None] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()  # set when instances come in (then replaced)
         self.stats = PoolStats()
 
     def refresh(self) -> int:
@@ -126,6 +128,9 @@ class PoolTransport:
                 added += 1
             else:
                 kept.member = member  # its capacity may have changed
+        if added:
+            self._changed.set()
+            self._changed = asyncio.Event()
         return added
 
     def _retire(self, member_id: str, slot: _Slot) -> None:
@@ -161,11 +166,17 @@ class PoolTransport:
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
         self.refresh()
         started = self._clock()
+        # With no instance to take it, a send waits for one (one joins, or one set aside may
+        # be tried again) for at most half its deadline: the other half is for the call.
+        wait_until = started + deadline_s / 2
         tried: set[str] = set()
         last: Outcome | None = None
         while True:
             slot = self._choose(tried)
             if slot is None:
+                if await self._wait_for_one(wait_until):
+                    tried.clear()
+                    continue
                 return last or self._nobody()
             tried.add(slot.member.id)
             if last is not None:
@@ -204,6 +215,21 @@ class PoolTransport:
             slot.outstanding -= 1
             if slot.gone and slot.outstanding == 0:
                 self._close_later(slot)
+
+    async def _wait_for_one(self, until: float) -> bool:
+        """Wait until an instance comes in or one set aside may be tried again, at most until
+        ``until``; whether there is time left to send."""
+        now = self._clock()
+        later = [s.down_until for s in self._slots.values() if s.down_until > now]
+        wake = min([*later, until])
+        if wake <= now:
+            return False
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wake - now):
+                await changed.wait()
+        self.refresh()
+        return self._clock() < until
 
     def _failed(self, slot: _Slot) -> None:
         slot.failures += 1
