@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 ADMIN = "admin-token-e2e"
 JOIN = "join-token-e2e"
 NODE_CONSUMER = Path(__file__).with_name("node") / "registered_consumer.mjs"
-WAITING, FLOWING, LATER = 300, 900, 200  # messages: before the route, while instances change, down
+# Messages: waiting before the route exists, flowing while one instance is killed, after the
+# fourth joined, and while siding is down.
+WAITING, FLOWING, AFTER, LATER = 300, 600, 300, 200
+BEFORE_RESTART = WAITING + FLOWING + AFTER
 PER_BATCH = 200
 Rows = list[tuple[str, int, float]]  # (delivery id, attempt, received at)
 
@@ -244,10 +247,11 @@ def test_instances_join_and_leave_a_route_made_at_runtime_and_survive_a_restart(
         assert code == 201, answer
         assert call(f"{s.url}/routes", "POST", ADMIN, {**s.table, "group": "x"})[0] == 400
         killed = s.python_instance("killed", latency_s=(1.0, 2.0))  # slow: it has calls out
+        joined = time.monotonic()
         s.python_instance("python")
         s.node = NodeConsumer(s.url, s.topic, s.tmp_path / "node.csv")
         s.wait_committed(siding, WAITING, "the waiting traffic")
-        waiting_s = time.monotonic() - made
+        waiting_s, after_join_s = time.monotonic() - made, time.monotonic() - joined
         # And while traffic flows one is killed and a fourth joins
         killed_at, dropped_s = kill_one_add_one(s, siding, killed)
         # Then every message was delivered, none dead-lettered, each instance took a share,
@@ -262,7 +266,7 @@ def test_instances_join_and_leave_a_route_made_at_runtime_and_survive_a_restart(
         siding.stop()
     print(
         f"\nregistration e2e: {WAITING} waiting messages done {waiting_s:.1f}s after the route"
-        f" was made; shares {shares}; {len(given_back)} calls of the killed instance answered"
+        f" was made, {after_join_s:.1f}s after the first instance joined; shares {shares}; {len(given_back)} calls of the killed instance answered"
         f" elsewhere within {max(given_back):.2f}s of the kill; the killed instance left the"
         f" registry {dropped_s:.1f}s after the kill (lease 6s)"
     )
@@ -285,21 +289,23 @@ def kill_one_add_one(s: Scenario, siding: Running, killed: Any) -> tuple[float, 
     producer = threading.Thread(
         target=produce,
         args=(s.kafka.bootstrap, s.topic, FLOWING),
-        kwargs={"rate": 150.0, "start_seq": WAITING},
+        kwargs={"rate": 100.0, "start_seq": WAITING},
     )
+    flowing_since = time.time()
     producer.start()
-    s.wait_committed(siding, WAITING + 150, "traffic")
 
-    def call_out() -> bool:  # a delivery it got in the last half second: still out (1-2 s)
-        return any(r.received_s > time.time() - 0.5 for r in read_records(s.files["killed"]))
+    def call_out() -> bool:  # a delivery of the flow it got in the last half second: still out
+        since = max(flowing_since + 1.0, time.time() - 0.5)
+        return any(r.received_s > since for r in read_records(s.files["killed"]))
 
     wait_until(call_out, what="a call out on the instance to kill")
     killed.kill()
     s.leases["killed"].stop()
     killed_at = time.time()
-    s.python_instance("late")
     producer.join()
-    s.wait_committed(siding, WAITING + FLOWING, "all traffic")
+    s.python_instance("late")
+    produce(s.kafka.bootstrap, s.topic, AFTER, rate=150.0, start_seq=WAITING + FLOWING)
+    s.wait_committed(siding, BEFORE_RESTART, "all traffic")
     gone = s.leases["killed"].id
     wait_until(lambda: gone not in s.members(), what="the killed one dropped", timeout_s=30)
     return killed_at, time.time() - killed_at
@@ -307,7 +313,7 @@ def kill_one_add_one(s: Scenario, siding: Running, killed: Any) -> tuple[float, 
 
 def check_deliveries(s: Scenario, killed_at: float) -> tuple[dict[str, int], list[float]]:
     got = s.received()
-    every = {delivery_id(s.topic, 0, n) for n in range(WAITING + FLOWING)}
+    every = {delivery_id(s.topic, 0, n) for n in range(BEFORE_RESTART)}
     assert {i for rows in got.values() for i, _, _ in rows} >= every
     assert read_topic(dict(s.config.kafka.client_config()), naming.dlq_topic(s.topic)) == []
     shares = {label: len(rows) for label, rows in got.items()}
@@ -324,7 +330,7 @@ def check_deliveries(s: Scenario, killed_at: float) -> tuple[dict[str, int], lis
 
 def restart_and_resume(s: Scenario) -> Running:
     """The consumers keep running while siding is down (their renewals fail meanwhile)."""
-    total = WAITING + FLOWING
+    total = BEFORE_RESTART
     produce(s.kafka.bootstrap, s.topic, LATER, start_seq=total)
     restarted_at = time.time()
     siding = s.start()
@@ -348,7 +354,7 @@ def delete_the_route(s: Scenario, siding: Running) -> None:
     """Its queries stop after their batches committed; siding runs on without it."""
     code, answer = call(f"{s.url}/routes/{s.topic}", "DELETE", ADMIN)
     assert code == 200, answer
-    assert answer["committed"][s.topic] == {"0": WAITING + FLOWING + LATER}
+    assert answer["committed"][s.topic] == {"0": BEFORE_RESTART + LATER}
     assert siding.app is not None and siding.app.queries == []
     assert call(f"{s.url}/routes", "GET") == (200, {"routes": []})
     assert call(s.consumers, "GET")[0] == 404

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from siding import naming
 from siding.cli.ctl import ctl
+from siding.cli.dlq import with_api_route
 from siding.config import RouteConfig, SidingConfig, parse_config
 from siding.control import ControlServer
 from siding.control.registry import RegistryService
@@ -150,6 +151,8 @@ def test_routes_made_through_the_api_need_the_admin_token_and_good_input(
     listed = a.call("GET", "/routes")[1]["routes"]
     assert [(r["name"], r["origin"]) for r in listed] == [("fixed", "config"), (a.name, "api")]
     assert JOIN not in json.dumps(listed) and ADMIN not in json.dumps(listed)
+    # The DLQ tools find it while it exists
+    assert [r.name for r in with_api_route(a.config, a.name).route] == ["fixed", a.name]
     # A name that exists now is refused, and a config route cannot be deleted here
     assert a.call("POST", "/routes", ADMIN, orders(a, topic="other"))[0] == 400
     assert a.call("DELETE", "/routes/fixed", ADMIN)[0] == 409

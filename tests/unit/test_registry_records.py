@@ -15,6 +15,7 @@ from siding.registry.records import (
     Registration,
     RouteEntry,
     alive_record,
+    api_route,
     lapsed,
     paused,
     registration_record,
@@ -228,3 +229,12 @@ def test_leases_are_moved_on_by_the_time_the_driver_was_away() -> None:
     assert state.alive_ms == 1_000
     assert paused(reg(expires_ms=10_000), 4_000).expires_ms == 14_000
     assert paused(reg(expires_ms=10_000), -5).expires_ms == 10_000
+
+
+def test_a_route_made_through_the_api_is_found_in_the_records_for_the_dlq_tools() -> None:
+    table = {"name": "orders", "topic": "o", "group": "g", "lease": "5s"}
+    records = [as_pair(route_record(TOPIC, RouteEntry("orders", table, 7)))]
+    found = api_route(records, "orders")
+    assert found is not None and (found.topic, found.lease) == ("o", 5.0)
+    assert api_route(records, "other") is None
+    assert api_route([*records, as_pair(route_tombstone(TOPIC, "orders"))], "orders") is None

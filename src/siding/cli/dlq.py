@@ -12,8 +12,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from siding.config import load_config
+from siding.config import SidingConfig, load_config
 from siding.dlq.filters import LetterFilter, build_filter
+from siding.errors import SidingError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,6 +48,24 @@ def _common(command: F) -> F:
     return command
 
 
+def with_api_route(config: SidingConfig, route: str) -> SidingConfig:
+    """The config, plus ``route`` when it is not in the file but was made through the control
+    API and is in the registry topic (docs/registration.md)."""
+    from siding.kafka.reader import read_to_end
+    from siding.registry.records import api_route
+
+    if any(r.name == route for r in config.route) or not config.control.takes_routes:
+        return config
+    try:
+        records = read_to_end(config.kafka.client_config(), config.control.registry_topic)
+    except SidingError:
+        return config  # no registry: the error says the route is not in the file
+    found = api_route(records, route, config.route)
+    if found is None:
+        return config
+    return config.model_copy(update={"route": (*config.route, found)})
+
+
 class _Job:
     """What every dlq command starts from: config, filter, the DLQ's extent, Spark on demand."""
 
@@ -55,7 +74,7 @@ class _Job:
     ) -> None:
         from siding.dlq.read import open_scope
 
-        self.config = load_config(path)
+        self.config = with_api_route(load_config(path), route)
         self.chosen: LetterFilter = build_filter(
             since=since,
             until=until,

@@ -102,9 +102,7 @@ class ControlServer:
         if route == "/":
             return 200, "text/html; charset=utf-8", page()
         if route == "/health":
-            # With routes made at runtime, none at all is a healthy start.
-            idle = self._registry is not None and not self._registry.routes_now()
-            code, body = health_document(self._queries(), idle_ok=idle)
+            code, body = health_document(self._queries(), idle_ok=self._idle_ok())
             return code, "application/json", _json(body)
         if self._registry is not None and route.startswith("/routes"):
             try:
@@ -114,7 +112,8 @@ class ControlServer:
             if answer is not None:
                 return answer[0], "application/json", _json(answer[1])
         if route == "/status":
-            document = status_document(self._metrics.snapshot(), self._queries(), self._kafka)
+            snapshot, queries = self._metrics.snapshot(), self._queries()
+            document = status_document(snapshot, queries, self._kafka, idle_ok=self._idle_ok())
             if self._controls is not None:
                 for route in document["routes"]:
                     route["control"] = self._controls.values(route["name"])
@@ -122,6 +121,10 @@ class ControlServer:
         if route == "/metrics":
             return 200, CONTENT_TYPE_LATEST, render(self._prometheus)
         return 404, "application/json", _json({"error": f"no such endpoint: {route}"})
+
+    def _idle_ok(self) -> bool:
+        """With routes made at runtime, none at all is a healthy start."""
+        return self._registry is not None and not self._registry.routes_now()
 
     def change(
         self, method: str, path: str, authorization: str | None, body: bytes, peer: str = ""

@@ -14,10 +14,11 @@ every worker process read them back in log order.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from siding.config import RouteConfig, parse_route
 from siding.routing.producer import OutRecord
 
 ROUTE_PREFIX = "route/"
@@ -137,6 +138,17 @@ class RegistryState:
         """The route's registrations, oldest first."""
         members = self.consumers.get(route, {})
         return sorted(members.values(), key=lambda r: (r.joined_ms, r.id))
+
+
+def api_route(
+    records: Iterable[tuple[bytes, bytes | None]], name: str, existing: Sequence[RouteConfig] = ()
+) -> RouteConfig | None:
+    """The route ``name`` made through the control API, as the registry's records keep it
+    (``ConfigError`` when it no longer validates), or ``None``."""
+    state = RegistryState()
+    state.apply_all(records)
+    entry = state.routes.get(name)
+    return None if entry is None else parse_route(entry.table, existing)
 
 
 def _consumer_key(route: str, consumer_id: str) -> bytes:

@@ -1,13 +1,14 @@
 """One transport over a route's consumer instances as they join and leave (docs/registration.md).
 
 The dispatcher sees one endpoint: each ``send`` goes to the live instance with the least
-outstanding work for its capacity, and waits (up to half its deadline) while there is none. An instance that cannot be reached, or that breaks a call,
-is set aside for a while (and tried again later); a delivery it never received goes to another
-instance at once. One it took with it goes to another instance once, without an attempt being
-spent; a second death of the same delivery is answered as the transports answer any death
-(``lost``), so the dispatcher's suspect rules still find a message that kills every instance
-(docs/dispatch.md, "Suspects"). An instance that has left (or whose lease lapsed) takes nothing
-new; its calls run out, and one it breaks is sent elsewhere with no suspicion at all.
+outstanding work for its capacity, and waits (up to half its deadline) while there is none.
+An instance that cannot be reached, or that breaks a call, is set aside for a while (and tried
+again later); a delivery it never received goes to another instance at once. One it took with
+it goes to another instance once, without an attempt being spent; a second death of the same
+delivery is answered as the transports answer any death (``lost``), so the dispatcher's suspect
+rules still find a message that kills every instance (docs/dispatch.md, "Suspects"). An
+instance that has left (or whose lease lapsed) takes nothing new; its calls run out, and one it
+breaks is sent elsewhere with no suspicion at all.
 """
 
 from __future__ import annotations
