@@ -5,15 +5,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars demo test test-unit test-integration lint proto bench clean
+.PHONY: setup jars demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java lint proto bench clean
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools
+GO ?= go
+GO_TOOLS := $(CURDIR)/.tools/go/bin
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/go $(STAMPS)/sdk-node $(STAMPS)/sdk-java
+
+# requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
+# it and siding itself are then installed editable.
+$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml sdk/python/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 or 3.12 (or run make PYTHON=/path/to/python3.12)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./sdk/python -e .
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/jars: $(STAMPS)/venv jvm/kafka/pom.xml jvm/spark/pom.xml src/siding/jvm.py
@@ -32,11 +39,51 @@ $(STAMPS)/tools:
 	else echo "note: install promtool (prometheus) and chromium for the full test suite"; fi
 	@mkdir -p $(STAMPS) && touch $@
 
+# The Go SDK (sdk/go): its modules from the Go module proxy, and the protoc plugins that
+# `make proto` runs (pinned; into .tools/go/bin, ignored).
+$(STAMPS)/go: sdk/go/go.mod sdk/go/go.sum
+	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
+	cd sdk/go && $(GO) mod download
+	GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	@mkdir -p $(STAMPS) && touch $@
+
+# The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,
+# with the .d.ts files, and test/types.ts type-checked against them).
+SDK_NODE_SOURCES := $(wildcard sdk/node/src/*.ts) sdk/node/test/types.ts sdk/node/tsconfig.json
+$(STAMPS)/sdk-node: sdk/node/package.json sdk/node/package-lock.json $(SDK_NODE_SOURCES)
+	cd sdk/node && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+	@mkdir -p $(STAMPS) && touch $@
+
+# The Java consumer SDK: Maven resolves everything once (plugins, protoc and its grpc plugin,
+# the test provider), generates the contract's code, builds the jar and its runtime closure
+# (target/lib). Only one pure test class runs here (-Dtest=ReplyTest, under a second): with no
+# test at all, Maven would leave the test provider to be fetched by the first `make test`.
+SDK_JAVA_SOURCES := $(wildcard sdk/java/src/main/java/dev/siding/consumer/*.java)
+$(STAMPS)/sdk-java: sdk/java/pom.xml proto/siding/v1/consumer.proto $(SDK_JAVA_SOURCES)
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml package -Dtest=ReplyTest
+	@mkdir -p $(STAMPS) && touch $@
+
+test-sdk-node: $(STAMPS)/sdk-node
+	cd sdk/node && node --test test/*.test.mjs
+
+test-sdk-java: $(STAMPS)/sdk-java
+	mvn -q -B -Dstyle.color=never -f sdk/java/pom.xml test
+
 demo: setup
 	$(VENV)/bin/siding demo
 
-test: setup lint
+test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java
 	$(PY) -m pytest tests
+
+# The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
+test-sdk-python: setup
+	$(PY) -m pytest sdk/python/tests
+
+# The Go SDK's own tests: vet, gofmt, and go test (real gRPC and HTTP on loopback).
+test-sdk-go: setup
+	cd sdk/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "error: gofmt"; exit 1; }
+	cd sdk/go && $(GO) vet ./... && $(GO) test ./...
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
@@ -45,16 +92,16 @@ test-integration: setup
 	$(PY) -m pytest tests/integration tests/e2e
 
 lint: $(STAMPS)/venv
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
-	$(VENV)/bin/mypy src tests bench
+	$(VENV)/bin/ruff check src tests bench sdk/python
+	$(VENV)/bin/ruff format --check src tests bench sdk/python
+	$(VENV)/bin/mypy src tests bench sdk/python/src sdk/python/tests sdk/python/examples
 	$(VENV)/bin/lint-imports
 
-proto: $(STAMPS)/venv
+proto: $(STAMPS)/venv $(STAMPS)/go
 	$(PY) -m siding.devkit.protogen
 
 bench: setup
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(STAMPS) .jars $(VENV)
+	rm -rf $(STAMPS) .jars $(VENV) .tools sdk/node/node_modules sdk/node/dist sdk/java/target

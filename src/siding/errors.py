@@ -6,20 +6,22 @@ instead of keeping lists of exception types.
 
 from __future__ import annotations
 
+# The root and ConfigError are the consumer SDK's (siding_consumer.errors): one root for both.
+from siding_consumer.errors import ConfigError, SidingError
 
-class SidingError(Exception):
-    """Root of all siding errors."""
-
-    retriable: bool = False
-
-
-class ConfigError(SidingError):
-    """The configuration is invalid; ``key`` names the offending setting (dotted path)."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}" if key else message)
-        self.key = key
-        self.message = message
+__all__ = [
+    "BrokerError",
+    "CheckpointError",
+    "ConfigError",
+    "DlqError",
+    "DlqFloodError",
+    "DurableWriteError",
+    "EndpointGoneError",
+    "OffsetsError",
+    "SetupError",
+    "SidingError",
+    "TransportError",
+]
 
 
 class SetupError(SidingError):
@@ -56,3 +58,7 @@ class DlqError(SidingError):
 
 class CheckpointError(SidingError):
     """A route's checkpoint belongs to another cluster, topic or route; it must not be used."""
+
+
+class OffsetsError(SidingError):
+    """A route's offsets cannot be shown or moved (route running, bad target, odd checkpoint)."""

@@ -5,41 +5,30 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-Headers = tuple[tuple[str, bytes], ...]
+# The contract's value types are the consumer SDK's (siding_consumer.model), so a Delivery is
+# the same class on both sides of the wire.
+from siding_consumer.model import Delivery, Headers, Output, Verdict
+
+__all__ = [
+    "ACK",
+    "Delivery",
+    "Headers",
+    "Lane",
+    "LaneHop",
+    "Ordering",
+    "Outcome",
+    "OutcomeKind",
+    "Output",
+    "Result",
+    "Story",
+    "Verdict",
+    "delivery_id",
+]
 
 
 def delivery_id(topic: str, partition: int, offset: int) -> str:
     """The stable id of a record: the same across retries, lanes and DLQ replays."""
     return f"{topic}/{partition}/{offset}"
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One message pushed to a consumer service.
-
-    ``topic``/``partition``/``offset`` name the *original* record (so ``id`` is stable), even when
-    the delivery comes from a retry lane or a DLQ replay. ``attempt`` starts at 1; ``lane`` is 0 for
-    the main lane and k for retry lane k.
-    """
-
-    id: str
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = ()
-    timestamp_ms: int = 0
-    attempt: int = 1
-    lane: int = 0
-
-
-class Verdict(enum.Enum):
-    """What a consumer service answered for one delivery."""
-
-    ACK = "ack"
-    RETRY = "retry"
-    DEAD = "dead"
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,14 @@ def state_topic(route_name: str, kind: str) -> str:
     return _topic(route_name, f"state-{kind}")
 
 
+AUDIT = "audit"
+
+
+def audit_topic(route_name: str) -> str:
+    """The route's audit trail: DLQ merges and purges, offsets moved (kept for good)."""
+    return state_topic(route_name, AUDIT)
+
+
 def route_checkpoint_subdir(route_name: str) -> str:
     """The folder of a route's checkpoints (one per query inside), relative."""
     return _checked(route_name)

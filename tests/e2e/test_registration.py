@@ -266,9 +266,10 @@ def test_instances_join_and_leave_a_route_made_at_runtime_and_survive_a_restart(
         siding.stop()
     print(
         f"\nregistration e2e: {WAITING} waiting messages done {waiting_s:.1f}s after the route"
-        f" was made, {after_join_s:.1f}s after the first instance joined; shares {shares}; {len(given_back)} calls of the killed instance answered"
-        f" elsewhere within {max(given_back):.2f}s of the kill; the killed instance left the"
-        f" registry {dropped_s:.1f}s after the kill (lease 6s)"
+        f" was made, {after_join_s:.1f}s after the first instance joined; shares {shares};"
+        f" {len(given_back)} calls of the killed instance answered elsewhere within"
+        f" {max(given_back):.2f}s of the kill; the killed instance left the registry"
+        f" {dropped_s:.1f}s after the kill (lease 6s)"
     )
 
 

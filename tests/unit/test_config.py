@@ -239,14 +239,15 @@ def test_kafka_settings_pass_through_with_secrets_hidden() -> None:
     text = BASE.replace(
         '[kafka]\nbootstrap = "127.0.0.1:9092"',
         '[kafka]\nbootstrap = " a:1 , b:2 "\n"security.protocol" = "SASL_SSL"\n'
-        'sasl.mechanism = "PLAIN"\nsasl.password = "${PW}"\n"linger.ms" = 5\n'
-        '"enable.idempotence" = true',
+        'sasl.mechanism = "PLAIN"\nsasl.username = "svc"\nsasl.password = "${PW}"\n'
+        '"linger.ms" = 5\n"enable.idempotence" = true',
     )
     kafka = parse_config(text, env={"PW": "hunter2"}).kafka
     assert kafka.client_config() == {
         "bootstrap.servers": "a:1,b:2",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
+        "sasl.username": "svc",
         "sasl.password": "hunter2",
         "linger.ms": 5,
         "enable.idempotence": True,
@@ -396,7 +397,8 @@ def test_no_secret_shows_in_repr_str_logs_or_the_redacted_dict(
         BASE.replace(
             '[kafka]\nbootstrap = "127.0.0.1:9092"',
             '[kafka]\nbootstrap = "127.0.0.1:9092"\nsasl.password = "${S1}"\n'
-            '"sasl.jaas.config" = "${S2}"',
+            'sasl.username = "svc"\nsasl.mechanism = "PLAIN"\n'
+            '[kafka.java]\n"sasl.jaas.config" = "${S2}"',
         )
     )
     text += '[spark.conf]\n"spark.authenticate.secret" = "${S3}"\n'

@@ -33,6 +33,8 @@ def model_keys(model: type[BaseModel] = SidingConfig, prefix: str = "") -> Itera
         inner, is_list = _unwrap(field.annotation)
         if key == "kafka.client":  # the pass-through settings
             yield "kafka.<property>"
+        elif key in ("kafka.librdkafka", "kafka.java"):  # one client's settings
+            yield f"{key}.<property>"
         elif inner is None or inner is Endpoint:
             yield key
         elif key == "route":  # [[route]] tables
@@ -61,7 +63,9 @@ def file_keys(table: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
     """Every key a parsed TOML file uses, in the same notation."""
     for name, value in table.items():
         key = f"{prefix}{name}"
-        if prefix == "kafka." and name != "bootstrap":
+        if prefix == "kafka." and name in ("librdkafka", "java"):
+            yield f"{key}.<property>"
+        elif prefix == "kafka." and name != "bootstrap":
             yield "kafka.<property>"
         elif key == "spark.conf":
             yield key
@@ -126,6 +130,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     assert naming.route_dlq(billing) == "trips.billing.dlq"
     assert naming.route_dlq(config.route_named("audit")) == "siding.audit.dlq"
     assert config.kafka.client_config()["bootstrap.servers"] == "127.0.0.1:9092"
+    assert config.kafka.notes == ()  # every [kafka] setting reaches the clients it is for
     assert config.spark.checkpoint_dir == str(tmp_path / ".siding" / "checkpoints")
 
 

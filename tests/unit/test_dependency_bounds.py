@@ -1,4 +1,5 @@
-"""pyproject.toml's lower bounds admit no version the committed generated code refuses."""
+"""The lower bounds of the proxy's and the thin SDK's pyproject.toml admit no version the
+committed generated code refuses."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "src" / "siding" / "v1"
+GENERATED = ROOT / "sdk" / "python" / "src" / "siding_consumer" / "v1"
+PROJECTS = [ROOT / "pyproject.toml", ROOT / "sdk" / "python" / "pyproject.toml"]
 
 
-def _requirements() -> dict[str, Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def _requirements(pyproject: Path) -> dict[str, Requirement]:
+    project = tomllib.loads(pyproject.read_text())["project"]
     parsed = (Requirement(line) for line in project["dependencies"])
     return {r.name: r for r in parsed}
 
@@ -31,16 +34,18 @@ def _generated_version(file: str, pattern: str) -> Version:
     return Version(found.group(1))
 
 
-def test_protobuf_is_at_least_the_version_that_generated_the_code() -> None:
+@pytest.mark.parametrize("pyproject", PROJECTS, ids=["proxy", "sdk"])
+def test_protobuf_is_at_least_the_version_that_generated_the_code(pyproject: Path) -> None:
     needed = _generated_version("consumer_pb2.py", r"Protobuf Python Version: (\S+)")
-    protobuf = _requirements()["protobuf"]
+    protobuf = _requirements(pyproject)["protobuf"]
     assert _lowest_allowed(protobuf) >= needed
     # The runtime refuses gencode of another major version.
     assert Version(f"{needed.major + 1}") not in protobuf.specifier
 
 
-def test_grpcio_is_at_least_the_version_the_generated_stub_checks() -> None:
+@pytest.mark.parametrize("pyproject", PROJECTS, ids=["proxy", "sdk"])
+def test_grpcio_is_at_least_the_version_the_generated_stub_checks(pyproject: Path) -> None:
     needed = _generated_version("consumer_pb2_grpc.py", r"GRPC_GENERATED_VERSION = '([^']+)'")
-    requirements = _requirements()
+    requirements = _requirements(pyproject)
     assert _lowest_allowed(requirements["grpcio"]) >= needed
     assert _lowest_allowed(requirements["grpcio-health-checking"]) >= needed

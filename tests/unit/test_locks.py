@@ -17,11 +17,20 @@ UNPINNED = {"pip", "setuptools", "wheel"}
 DEV_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "import-linter", "grpcio-tools", "matplotlib"}
 
 
+def _local(line: str) -> tuple[str, str]:
+    """A project in this repository (``./sdk/python``): its name and version."""
+    project = tomllib.loads((ROOT / line / "pyproject.toml").read_text())["project"]
+    return canonicalize_name(project["name"]), project["version"]
+
+
 def _pins(path: Path) -> dict[str, str]:
     pins: dict[str, str] = {}
     for raw in path.read_text().splitlines():
         line = raw.split("#")[0].strip()
-        if line and not line.startswith("-r"):
+        if line.startswith("./"):
+            name, version = _local(line)
+            pins[name] = version
+        elif line and not line.startswith("-r"):
             name, _, version = line.partition("==")
             assert version, f"{path.name}: {line} is not pinned"
             pins[canonicalize_name(name)] = version

@@ -46,3 +46,24 @@ def configure(level: str = "info", fmt: str = "text", stream: IO[str] | None = N
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     for name in QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+class _CurrentStderr(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (a CLI runner may swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def to_stderr(logger: str, level: str = "info") -> None:
+    """Show one logger's lines on stderr in a command that does not set up logging (the root
+    logger is left alone); a second call adds nothing."""
+    target = logging.getLogger(logger)
+    target.setLevel(level.upper())
+    if not any(isinstance(h, _CurrentStderr) for h in target.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        target.addHandler(handler)

@@ -28,6 +28,9 @@ def _register() -> None:
     from siding.cli.dlq import dlq
 
     cli.add_command(dlq)
+    from siding.cli.offsets import offsets
+
+    cli.add_command(offsets)
     from siding.cli import ctl, demo, top
 
     cli.add_command(ctl.ctl)

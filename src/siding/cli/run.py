@@ -26,15 +26,28 @@ log = logging.getLogger("siding.run")
     default=None,
     help="The file to check, as `siding run -c` takes it (or give it as the argument).",
 )
-def check_config(file: Path | None, option: Path | None) -> None:
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 when a [kafka] setting will not reach one of the clients (a warning).",
+)
+def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
     """Validate a siding.toml (default: ./siding.toml) without starting anything; print it
-    with secrets redacted."""
+    with secrets redacted, and what each Kafka client gets. Warns about every [kafka] setting
+    one of the two clients will not get or does not know."""
     if file is not None and option is not None and file != option:
         raise click.UsageError(f"two files given: {file} and -c {option}; check one at a time")
     path = file or option or Path("siding.toml")
     config = load_config(path)
-    click.echo(json.dumps(config.redacted_dict(), indent=2, default=str))
-    click.echo(f"ok: {len(config.route)} route(s)", err=True)
+    shown = {**config.redacted_dict(), "kafka_clients": config.kafka.shown()}
+    click.echo(json.dumps(shown, indent=2, default=str))
+    notes = config.kafka.notes
+    for note in notes:
+        click.echo(f"warning: {note}", err=True)
+    warned = f", {len(notes)} warning(s)" if notes else ""
+    click.echo(f"ok: {len(config.route)} route(s){warned}", err=True)
+    if strict and notes:
+        raise SystemExit(1)
 
 
 @click.command("run")
@@ -66,6 +79,8 @@ def run(path: Path, log_level: str, log_format: str) -> None:
 
     logs.configure(log_level.lower(), log_format.lower())
     config = load_config(path)
+    for note in config.kafka.notes:
+        log.warning("%s", note)
     siding = SidingRun(config)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -410,6 +410,8 @@ class SidingConfig(BaseModel):
     def redacted_dict(self) -> dict[str, Any]:
         """The effective configuration for display: secrets masked, durations as text."""
         data = self.model_dump(mode="json", exclude_none=True)
-        data["kafka"] = {"bootstrap": self.kafka.bootstrap, **data["kafka"]["client"]}
+        kafka = data["kafka"]
+        data["kafka"] = {"bootstrap": self.kafka.bootstrap, **kafka["client"]}
+        data["kafka"].update({t: kafka[t] for t in ("librdkafka", "java") if kafka[t]})
         data["route"] = [route.redacted() for route in self.route]
         return data

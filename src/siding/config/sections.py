@@ -9,9 +9,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from siding.config.fields import Duration, Problem, Setting
+from siding.config.kafka_clients import (
+    CLIENTS,
+    ClientSettings,
+    Note,
+    as_text,
+    reveal,
+    split_settings,
+)
 from siding.config.values import is_legal_topic_name, looks_secret, parse_host_port
 
 DEFAULT_CHECKPOINT_DIR = "./.siding/checkpoints"
@@ -45,44 +61,70 @@ def _settings(
     return out
 
 
-def _reveal(value: Setting) -> str | int | float | bool:
-    return value.get_secret_value() if isinstance(value, SecretStr) else value
-
-
-def _as_text(value: Setting) -> str:
-    plain = _reveal(value)
-    return ("true" if plain else "false") if isinstance(plain, bool) else str(plain)
+def _masked(value: Setting) -> str | int | float | bool:
+    return "**********" if isinstance(value, SecretStr) else value
 
 
 _KAFKA_PROPERTY = re.compile(r"[a-z][a-z0-9._-]*")
+_RAW_BYTES = "siding reads and writes keys and values as raw bytes"
 _KAFKA_RESERVED = {
     "bootstrap.servers": "use kafka.bootstrap",
+    "metadata.broker.list": "use kafka.bootstrap",
     "group.id": "consumer groups are set per route (route.group)",
     "enable.auto.commit": "siding commits offsets itself, after durable outcomes",
+    "auto.offset.reset": "Spark refuses it: a new route starts from route.starting_offsets",
+    "key.deserializer": _RAW_BYTES,
+    "value.deserializer": _RAW_BYTES,
+    "key.serializer": _RAW_BYTES,
+    "value.serializer": _RAW_BYTES,
+    "interceptor.classes": "Spark's Kafka source refuses it",
 }
 
 
 class KafkaConfig(BaseModel):
-    """``[kafka]``: ``bootstrap``, plus client settings passed through to every Kafka client."""
+    """``[kafka]``: ``bootstrap``; ``client``: settings for both Kafka clients (translated where
+    their names differ, ``siding.config.kafka_clients``); ``librdkafka`` and ``java``: settings
+    for one client only (``[kafka.librdkafka]``, ``[kafka.java]``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     bootstrap: str
     client: dict[str, Setting] = Field(default_factory=dict)
+    librdkafka: dict[str, Setting] = Field(default_factory=dict)
+    java: dict[str, Setting] = Field(default_factory=dict)
+    _clients: ClientSettings = PrivateAttr()
 
     @model_validator(mode="before")
     @classmethod
     def _split(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        rest = {k: v for k, v in data.items() if k != "bootstrap"}
-        for name in rest:
+        tables: dict[str, dict[str, Any]] = {"client": {}, **{c: {} for c in CLIENTS}}
+        for name, value in _flatten({k: v for k, v in data.items() if k != "bootstrap"}).items():
             if name.startswith("kafka."):
                 raise Problem((name,), "drop the 'kafka.' prefix; siding adds it for Spark")
-        split: dict[str, Any] = {"client": _settings(rest, _KAFKA_RESERVED, _KAFKA_PROPERTY)}
+            table, _, rest = name.partition(".")
+            if table in CLIENTS and rest:
+                tables[table][rest] = value
+            elif table in CLIENTS:
+                raise Problem((name,), f"write [kafka.{table}] as a table of settings")
+            else:
+                tables["client"][name] = value
+        split: dict[str, Any] = {}
+        for table, settings in tables.items():
+            try:
+                split[table] = _settings(settings, _KAFKA_RESERVED, _KAFKA_PROPERTY)
+            except Problem as problem:
+                loc = problem.loc if table == "client" else (table, *problem.loc)
+                raise Problem(loc, problem.message) from None
         if "bootstrap" in data:
             split["bootstrap"] = data["bootstrap"]
         return split
+
+    @model_validator(mode="after")
+    def _derive(self) -> KafkaConfig:
+        self._clients = split_settings(self.client, self.librdkafka, self.java)
+        return self
 
     @field_validator("bootstrap")
     @classmethod
@@ -94,14 +136,28 @@ class KafkaConfig(BaseModel):
             parse_host_port(server, "each bootstrap server")
         return ",".join(servers)
 
+    @property
+    def notes(self) -> tuple[Note, ...]:
+        """Settings one of the clients will not get, or reads otherwise (check-config says them)."""
+        return self._clients.notes
+
     def client_config(self) -> dict[str, str | int | float | bool]:
-        """Settings for confluent-kafka clients, secrets revealed."""
-        settings = {k: _reveal(v) for k, v in self.client.items()}
+        """Settings for confluent-kafka (librdkafka) clients, secrets revealed."""
+        settings = {k: reveal(v) for k, v in self._clients.librdkafka.items()}
         return {"bootstrap.servers": self.bootstrap, **settings}
 
     def spark_options(self) -> dict[str, str]:
-        """The same settings as options of Spark's Kafka source and sink (``kafka.`` prefixed)."""
-        return {f"kafka.{k}": _as_text(v) for k, v in self.client_config().items()}
+        """Options of Spark's Kafka source and sink (Java names, ``kafka.`` prefixed)."""
+        settings = {"bootstrap.servers": self.bootstrap, **self._clients.java}
+        return {f"kafka.{k}": as_text(v) for k, v in settings.items()}
+
+    def shown(self) -> dict[str, dict[str, str | int | float | bool]]:
+        """What each client gets, secrets masked: for ``check-config``."""
+        clients = {"librdkafka": self._clients.librdkafka, "java": self._clients.java}
+        return {
+            client: {"bootstrap.servers": self.bootstrap, **{k: _masked(v) for k, v in s.items()}}
+            for client, s in clients.items()
+        }
 
 
 _MASTER = re.compile(
@@ -141,7 +197,7 @@ class SparkConfig(BaseModel):
 
     def conf_values(self) -> dict[str, str]:
         """``conf`` as strings for ``SparkSession.builder.config``, secrets revealed."""
-        return {k: _as_text(v) for k, v in self.conf.items()}
+        return {k: as_text(v) for k, v in self.conf.items()}
 
 
 class ControlConfig(BaseModel):

@@ -17,7 +17,9 @@ ROUTE_NAME_MAX = 200
 
 _LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _SECRET_NAME = re.compile(
-    r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|access\.key", re.I
+    r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|keystore\.key"
+    r"|access\.key",
+    re.I,
 )
 
 

@@ -1,145 +1,28 @@
-"""For webhook consumers: check that a request really comes from siding before trusting it."""
+"""For webhook consumers: verify siding's requests, answer them with a handler. The code lives in
+the thin SDK (``siding_consumer.webhook``); this name is kept for existing users."""
 
-from __future__ import annotations
-
-import enum
-import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any
-
-from siding.transport.signing import (
-    DEFAULT_TOLERANCE_S,
+from siding_consumer.webhook import (
+    DEFAULT_MAX_BODY_BYTES,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    WebhookApp,
     WebhookVerificationError,
-    secret_key,
-    verify,
+    WebhookVerifier,
+    verify_webhook,
 )
 
-__all__ = ["WebhookVerificationError", "WebhookVerifier", "verify_webhook"]
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-
-
-def verify_webhook(
-    secret: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    *,
-    tolerance_s: float = DEFAULT_TOLERANCE_S,
-    now_s: float | None = None,
-) -> str:
-    """Verify a siding webhook (Standard Webhooks) and return its ``webhook-id``: the delivery
-    id, or ``batch:<id of the first delivery>:<count>`` for a batch (docs/batch.md).
-
-    ``body`` must be the raw request body, byte for byte. Header names are case-insensitive.
-    Raises ``WebhookVerificationError`` naming what is wrong.
-    """
-    return verify(secret, headers, body, tolerance_s=tolerance_s, now_s=now_s)
-
-
-class WebhookVerifier:
-    """ASGI middleware: answers 401 to a request whose signature does not verify, without
-    calling the app; otherwise hands the app the request with its body replayed.
-
-    The body is buffered to verify it; a body over ``max_body_bytes`` is answered 413.
-    """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        secret: str,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
-        *,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    ) -> None:
-        secret_key(secret)  # fail at startup, not on the first request
-        self._app = app
-        self._secret = secret
-        self._tolerance_s = tolerance_s
-        self._max_body_bytes = max_body_bytes
-
-    def __repr__(self) -> str:
-        return f"WebhookVerifier({self._app!r})"  # never the secret
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        body = await _read_body(receive, self._max_body_bytes)
-        if body is _Cut.TOO_LARGE:
-            await _answer(send, 413, b"request body too large")
-            return
-        if body is _Cut.DISCONNECTED:
-            return
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in reversed(scope.get("headers", []))  # first one wins
-        }
-        try:
-            verify(
-                self._secret,
-                headers,
-                body,
-                tolerance_s=self._tolerance_s,
-                now_s=time.time(),
-            )
-        except WebhookVerificationError as error:
-            await _answer(send, 401, f"webhook verification failed: {error}".encode())
-            return
-        await self._app(scope, _replay(body, receive), send)
-
-
-class _Cut(enum.Enum):
-    """Why a request body was not read to its end."""
-
-    TOO_LARGE = "too large"
-    DISCONNECTED = "disconnected"
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | _Cut:
-    """The whole request body, or why it could not be had."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return _Cut.DISCONNECTED
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return _Cut.TOO_LARGE
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()  # whatever comes next (http.disconnect)
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
-async def _answer(send: Send, status: int, text: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(text)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": text, "more_body": False})
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "ASGIApp",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "WebhookApp",
+    "WebhookVerificationError",
+    "WebhookVerifier",
+    "verify_webhook",
+]

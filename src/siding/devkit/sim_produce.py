@@ -73,7 +73,10 @@ def produce(
     """
     from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 
-    ensure_topics(admin_client({"bootstrap.servers": bootstrap}), [TopicSpec(topic, partitions)])
+    # The producer's settings hold the security ones too (a secured cluster): the admin needs them.
+    admin_conf = {k: str(v) for k, v in (config or {}).items()}
+    admin = admin_client({**admin_conf, "bootstrap.servers": bootstrap})
+    ensure_topics(admin, [TopicSpec(topic, partitions)])
     if producer is None:
         producer = new_producer(bootstrap, config)
     failures: list[str] = []

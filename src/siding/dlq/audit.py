@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import getpass
-import json
-import os
-import socket
 from collections.abc import Mapping
 
 from siding.dlq.filters import iso
-from siding.routing.producer import OutRecord
+from siding.routing.audit import audit_record, who
 
-
-def who() -> str:
-    """``user@host`` of whoever runs the command."""
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):  # no passwd entry (containers)
-        user = f"uid{os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
+__all__ = ["audit_event", "audit_record", "who"]
 
 
 def audit_event(
@@ -45,8 +34,3 @@ def audit_event(
         "status": status,
         **dict(extra or {}),
     }
-
-
-def audit_record(audit_topic: str, event: Mapping[str, object]) -> OutRecord:
-    key = str(event.get("route", "")).encode()
-    return OutRecord(audit_topic, key, json.dumps(event, separators=(",", ":")).encode(), ())

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
+from siding import naming
 from siding.routing.producer import OutRecord
 
 
@@ -23,7 +24,7 @@ class Fate(Enum):
 VALUE_SCHEMA = "fate STRING, id STRING, died_at BIGINT, at BIGINT, by STRING, `to` STRING"
 
 STATE_KIND = "dlq-fate"
-AUDIT_KIND = "audit"
+AUDIT_KIND = naming.AUDIT
 
 
 @dataclass(frozen=True, slots=True)

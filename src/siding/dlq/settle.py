@@ -16,6 +16,7 @@ from siding.dlq.filters import LetterFilter
 from siding.dlq.read import DlqScope, iter_letters
 from siding.dlq.replay import Letter, chunk_size, pause_s
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, with_retries
+from siding.routing.audit import TOPIC_CONFIG
 from siding.routing.producer import DurableProducer, OutRecord
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ T = TypeVar("T")
 
 # Only the latest fate per letter matters; the audit trail is kept for good.
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-_FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1"}
+_FOREVER = TOPIC_CONFIG
 
 
 def ensure_state_topics(scope: DlqScope) -> None:

@@ -128,10 +128,27 @@ def delete_topics(admin: AdminClient, names: Iterable[str], timeout_s: float = 3
             raise KafkaAdminError(f"cannot delete topic {name}: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A group's committed offset of one partition (the next record to read) and the metadata
+    string the committer stored with it ("" when none)."""
+
+    offset: int
+    metadata: str = ""
+
+
 def committed_offsets(
     client_conf: Mapping[str, object], group: str, topic: str, timeout_s: float = 10.0
 ) -> dict[int, int]:
-    """Partition -> the group's committed offset (the next record to read), for one topic.
+    """Partition -> the group's committed offset (the next record to read), for one topic."""
+    found = committed_positions(client_conf, group, topic, timeout_s)
+    return {p: c.offset for p, c in found.items()}
+
+
+def committed_positions(
+    client_conf: Mapping[str, object], group: str, topic: str, timeout_s: float = 10.0
+) -> dict[int, Committed]:
+    """Partition -> the group's committed offset and its metadata, for one topic.
 
     Read through a consumer that never joins the group: librdkafka's AdminClient
     ListConsumerGroupOffsets can crash the process when the coordinator moves
@@ -142,11 +159,15 @@ def committed_offsets(
     consumer = Consumer({**client_conf, "group.id": group, "enable.auto.commit": False})
     try:
 
-        def fetch() -> dict[int, int]:
+        def fetch() -> dict[int, Committed]:
             metadata = consumer.list_topics(topic, timeout=timeout_s)
             partitions = [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
             answer = consumer.committed(partitions, timeout=timeout_s)
-            return {tp.partition: tp.offset for tp in answer if tp.offset >= 0}
+            return {
+                tp.partition: Committed(tp.offset, tp.metadata or "")
+                for tp in answer
+                if tp.offset >= 0
+            }
 
         return with_retries(fetch)
     finally:
@@ -154,22 +175,47 @@ def committed_offsets(
 
 
 def commit_offsets(
-    admin: AdminClient, group: str, topic: str, offsets: Mapping[int, int], timeout_s: float = 10.0
+    admin: AdminClient,
+    group: str,
+    topic: str,
+    offsets: Mapping[int, int],
+    timeout_s: float = 10.0,
+    *,
+    metadata: str = "",
 ) -> None:
-    """Set the group's committed offsets (next record to read) for one topic."""
+    """Set the group's committed offsets (next record to read) for one topic, each with
+    ``metadata`` (siding marks its own commits: docs/operations.md, "Moving a route's offsets")."""
     if offsets:
-        with_retries(lambda: _commit_offsets(admin, group, topic, offsets, timeout_s))
+        with_retries(
+            lambda: _commit_offsets(admin, group, topic, offsets, timeout_s, metadata=metadata)
+        )
 
 
 def _commit_offsets(
-    admin: AdminClient, group: str, topic: str, offsets: Mapping[int, int], timeout_s: float
+    admin: AdminClient,
+    group: str,
+    topic: str,
+    offsets: Mapping[int, int],
+    timeout_s: float,
+    *,
+    metadata: str,
 ) -> None:
-    partitions = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
+    partitions = [
+        TopicPartition(topic, p, o, metadata=metadata or None) for p, o in sorted(offsets.items())
+    ]
     futures = admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout_s
     )
     for future in futures.values():
         try:
-            future.result()
+            answer = future.result()
         except KafkaException as exc:
             raise KafkaAdminError(f"cannot commit offsets of group {group}: {exc}") from exc
+        # The call succeeds as a whole while partitions fail one by one (NOT_COORDINATOR
+        # while the group coordinator loads): each is an error, retried when it may pass.
+        for tp in answer.topic_partitions or ():
+            if tp.error is not None:
+                raise KafkaAdminError(
+                    f"cannot commit offsets of group {group} on {topic}-{tp.partition}:"
+                    f" {tp.error.str()}"
+                ) from KafkaException(tp.error)

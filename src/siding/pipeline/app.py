@@ -27,12 +27,13 @@ from siding.kafka.admin import (
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
 from siding.model import Ordering
-from siding.pipeline import owner
+from siding.pipeline import moves, owner
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
+from siding.pipeline.route_lock import RouteLock
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
 from siding.pipeline.source import (
@@ -75,6 +76,7 @@ class Application:
     _producers: list[DurableProducer] = field(default_factory=list)
     _tails: list[TopicTail] = field(default_factory=list)
     _present: set[str] = field(default_factory=set)
+    _locks: list[RouteLock] = field(default_factory=list)
     controls: RouteControls = field(default_factory=RouteControls)
     # Routes started or stopped at runtime (add_route, remove_route): what each one holds.
     _admin: Any = None
@@ -90,13 +92,23 @@ class Application:
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
         ``spark`` is used (and left running on ``stop``); otherwise one is built from the config."""
+        try:
+            self._start()
+        except BaseException:
+            self._release_locks()  # a failed start holds no route (``stop`` may never come)
+            raise
+
+    def _start(self) -> None:
         config = self.config
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
         to_claim = self._check_owners(admin)
-        partitions_of = {route.name: self._prepare_topics(admin, route) for route in config.route}
+        self._lock_routes()
+        partitions_of = {r.name: self._prepare_topics(admin, r) for r in config.route}
         for route_dir, current in to_claim:
             owner.claim(route_dir, current)
+        for route in config.route:
+            moves.reconcile_at_start(config, route, admin)
         if self.spark is None:
             slots = sum(task_slots(r, partitions_of[r.name]) for r in config.route)
             self.spark = build_session(
@@ -215,6 +227,24 @@ class Application:
                 to_claim.append((route_dir, current))
         return to_claim
 
+    def _lock_routes(self, routes: tuple[RouteConfig, ...] | None = None) -> None:
+        """Hold each route's checkpoint while running: a second siding on it, or an offsets
+        reset, is refused (``siding.pipeline.route_lock``)."""
+        base = owner.local_dir(self.config.spark.checkpoint_dir)
+        if base is None:
+            return
+        for route in self.config.route if routes is None else routes:
+            route_dir = base / naming.route_checkpoint_subdir(route.name)
+            what = f"siding run of route {route.name}"
+            lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
+            self._locks.append(lock)
+            self._held.setdefault(route.name, []).append(lock)
+
+    def _release_locks(self) -> None:
+        locks, self._locks = self._locks, []
+        for lock in locks:
+            lock.release()
+
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
         self._present.update(present)
@@ -315,10 +345,17 @@ class Application:
             if any(r.name == route.name for r in self.config.route):
                 raise RouteFailed(f"route {route.name} is already running")
             to_claim = self._check_owners(self._admin, (route,))
-            partitions = self._prepare_topics(self._admin, route)
-            for route_dir, current in to_claim:
-                owner.claim(route_dir, current)
-            self.config = self.config.model_copy(update={"route": (*self.config.route, route)})
+            self._lock_routes((route,))
+            try:
+                partitions = self._prepare_topics(self._admin, route)
+                for route_dir, current in to_claim:
+                    owner.claim(route_dir, current)
+                config = self.config.model_copy(update={"route": (*self.config.route, route)})
+                moves.reconcile_at_start(config, route, self._admin)
+            except BaseException:
+                self._release(route.name)
+                raise
+            self.config = config
             self.controls.add(route)
             self._start_route(route, partitions)
 
@@ -358,13 +395,21 @@ class Application:
             self.config = self.config.model_copy(
                 update={"route": tuple(r for r in self.config.route if r.name != name)}
             )
-            for held in self._held.pop(name, []):
-                if isinstance(held, DurableProducer):
-                    self._producers.remove(held)
-                else:
-                    self._tails.remove(held)
-                held.close()
+            self._release(name)
             return committed
+
+    def _release(self, name: str) -> None:
+        """Close what a route held: its state producer, its settlements' tail, its lock."""
+        for held in self._held.pop(name, []):
+            if isinstance(held, DurableProducer):
+                self._producers.remove(held)
+                held.close()
+            elif isinstance(held, TopicTail):
+                self._tails.remove(held)
+                held.close()
+            elif isinstance(held, RouteLock):
+                self._locks.remove(held)
+                held.release()
 
     def _settled(self, name: str, queries: list[StreamingQuery]) -> bool:
         """Whether every batch of the route that was running has committed: each query is
@@ -430,6 +475,7 @@ class Application:
             producer.close()
         for tail in self._tails:
             tail.close()
+        self._release_locks()
 
 
 def _short(text: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from siding.kafka.admin import commit_offsets
+from siding.pipeline.positions import mark
 from siding.pipeline.source import end_offsets
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,9 @@ def make_listener(
     targets: Mapping[str, CommitTarget],
     on_progress: Callable[[str, Any], None] = lambda *_: None,
 ) -> Any:
-    """A ``StreamingQueryListener`` that commits each query's ``endOffset`` to its group.
+    """A ``StreamingQueryListener`` that commits each query's ``endOffset`` to its group,
+    marked as siding's (``siding:batch=<id>``: a commit without the mark was made by another
+    tool, see ``siding.pipeline.positions.start_verdict``).
 
     ``onQueryProgress`` fires after the batch's commit log entry is written, so the group never
     runs ahead of the checkpoint (DESIGN.md, invariant 1).
@@ -59,7 +62,13 @@ def make_listener(
                         with lock:
                             if not offsets or last.get((name, topic)) == offsets or not clients:
                                 continue
-                            commit_offsets(clients[0], target.group, topic, offsets)
+                            commit_offsets(
+                                clients[0],
+                                target.group,
+                                topic,
+                                offsets,
+                                metadata=mark(f"batch={progress.batchId}"),
+                            )
                             last[(name, topic)] = offsets
             except Exception:  # a listener must never kill the query; the next batch retries
                 log.exception("committing offsets of %s to group %s failed", name, target.group)

@@ -18,6 +18,9 @@ from siding.model import Delivery, Result, Verdict
 from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2
 
+# One conversion for the SDK and the proxy: the SDK's.
+from siding_consumer.wire import delivery_from_proto as delivery_from_proto  # noqa: PLC0414
+
 ChannelOption = tuple[str, int | str]
 Metadata = tuple[tuple[str, str], ...]
 
@@ -65,21 +68,6 @@ def delivery_to_proto(delivery: Delivery) -> consumer_pb2.Delivery:
     if delivery.value is not None:
         message.value = delivery.value
     return message
-
-
-def delivery_from_proto(message: consumer_pb2.Delivery) -> Delivery:
-    return Delivery(
-        id=message.id,
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        key=message.key if message.HasField("key") else None,
-        value=message.value if message.HasField("value") else None,
-        headers=tuple((h.key, h.value) for h in message.headers),
-        timestamp_ms=message.timestamp_ms,
-        attempt=message.attempt,
-        lane=message.lane,
-    )
 
 
 def result_to_proto(result: Result) -> consumer_pb2.Result:

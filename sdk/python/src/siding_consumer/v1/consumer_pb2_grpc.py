@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from siding.v1 import consumer_pb2 as siding_dot_v1_dot_consumer__pb2
+from siding_consumer.v1 import consumer_pb2 as siding__consumer_dot_v1_dot_consumer__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in siding/v1/consumer_pb2_grpc.py depends on'
+        + ' but the generated code in siding_consumer/v1/consumer_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,18 +37,18 @@ class ConsumerStub:
         """
         self.Deliver = channel.unary_unary(
                 '/siding.v1.Consumer/Deliver',
-                request_serializer=siding_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
-                response_deserializer=siding_dot_v1_dot_consumer__pb2.Result.FromString,
+                request_serializer=siding__consumer_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
+                response_deserializer=siding__consumer_dot_v1_dot_consumer__pb2.Result.FromString,
                 _registered_method=True)
         self.DeliverStream = channel.stream_stream(
                 '/siding.v1.Consumer/DeliverStream',
-                request_serializer=siding_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
-                response_deserializer=siding_dot_v1_dot_consumer__pb2.Result.FromString,
+                request_serializer=siding__consumer_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
+                response_deserializer=siding__consumer_dot_v1_dot_consumer__pb2.Result.FromString,
                 _registered_method=True)
         self.DeliverBatches = channel.stream_stream(
                 '/siding.v1.Consumer/DeliverBatches',
-                request_serializer=siding_dot_v1_dot_consumer__pb2.DeliveryBatch.SerializeToString,
-                response_deserializer=siding_dot_v1_dot_consumer__pb2.ResultBatch.FromString,
+                request_serializer=siding__consumer_dot_v1_dot_consumer__pb2.DeliveryBatch.SerializeToString,
+                response_deserializer=siding__consumer_dot_v1_dot_consumer__pb2.ResultBatch.FromString,
                 _registered_method=True)
 
 
@@ -90,18 +90,18 @@ def add_ConsumerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Deliver': grpc.unary_unary_rpc_method_handler(
                     servicer.Deliver,
-                    request_deserializer=siding_dot_v1_dot_consumer__pb2.Delivery.FromString,
-                    response_serializer=siding_dot_v1_dot_consumer__pb2.Result.SerializeToString,
+                    request_deserializer=siding__consumer_dot_v1_dot_consumer__pb2.Delivery.FromString,
+                    response_serializer=siding__consumer_dot_v1_dot_consumer__pb2.Result.SerializeToString,
             ),
             'DeliverStream': grpc.stream_stream_rpc_method_handler(
                     servicer.DeliverStream,
-                    request_deserializer=siding_dot_v1_dot_consumer__pb2.Delivery.FromString,
-                    response_serializer=siding_dot_v1_dot_consumer__pb2.Result.SerializeToString,
+                    request_deserializer=siding__consumer_dot_v1_dot_consumer__pb2.Delivery.FromString,
+                    response_serializer=siding__consumer_dot_v1_dot_consumer__pb2.Result.SerializeToString,
             ),
             'DeliverBatches': grpc.stream_stream_rpc_method_handler(
                     servicer.DeliverBatches,
-                    request_deserializer=siding_dot_v1_dot_consumer__pb2.DeliveryBatch.FromString,
-                    response_serializer=siding_dot_v1_dot_consumer__pb2.ResultBatch.SerializeToString,
+                    request_deserializer=siding__consumer_dot_v1_dot_consumer__pb2.DeliveryBatch.FromString,
+                    response_serializer=siding__consumer_dot_v1_dot_consumer__pb2.ResultBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,8 +130,8 @@ class Consumer:
             request,
             target,
             '/siding.v1.Consumer/Deliver',
-            siding_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
-            siding_dot_v1_dot_consumer__pb2.Result.FromString,
+            siding__consumer_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
+            siding__consumer_dot_v1_dot_consumer__pb2.Result.FromString,
             options,
             channel_credentials,
             insecure,
@@ -157,8 +157,8 @@ class Consumer:
             request_iterator,
             target,
             '/siding.v1.Consumer/DeliverStream',
-            siding_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
-            siding_dot_v1_dot_consumer__pb2.Result.FromString,
+            siding__consumer_dot_v1_dot_consumer__pb2.Delivery.SerializeToString,
+            siding__consumer_dot_v1_dot_consumer__pb2.Result.FromString,
             options,
             channel_credentials,
             insecure,
@@ -184,8 +184,8 @@ class Consumer:
             request_iterator,
             target,
             '/siding.v1.Consumer/DeliverBatches',
-            siding_dot_v1_dot_consumer__pb2.DeliveryBatch.SerializeToString,
-            siding_dot_v1_dot_consumer__pb2.ResultBatch.FromString,
+            siding__consumer_dot_v1_dot_consumer__pb2.DeliveryBatch.SerializeToString,
+            siding__consumer_dot_v1_dot_consumer__pb2.ResultBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,7 +16,7 @@ deduplicate on it.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from siding.v1 import consumer_pb2 as _consumer_pb2
+from siding_consumer.v1 import consumer_pb2 as _consumer_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -1,0 +1,224 @@
+// Pure: a siding webhook request as deliveries, and replies as the HTTP answer siding reads
+// (docs/webhooks.md for one delivery per request, docs/batch.md for the batch envelope).
+
+import type { Delivery, Header } from "./delivery.js";
+import { type Reply, retry } from "./reply.js";
+
+export const BATCH_CONTENT_TYPE = "application/cloudevents-batch+json";
+
+/** The request is not a siding delivery (answered 400, which siding dead-letters). */
+export class EnvelopeError extends Error {
+  override name = "EnvelopeError";
+}
+
+export interface HttpAnswer {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: string;
+}
+
+// Request headers that carry siding's own facts or the request itself, not a Kafka header.
+const NOT_FORWARDED = new Set([
+  "host",
+  "content-length",
+  "content-type",
+  "authorization",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "te",
+  "trailer",
+  "upgrade",
+  "expect",
+  "proxy-authorization",
+  "proxy-connection",
+  "user-agent",
+  "accept",
+  "accept-encoding",
+]);
+const OURS = ["ce-", "webhook-", "siding-"];
+const DEFAULT_CONTENT_TYPE = "application/octet-stream";
+
+export function isBatch(contentType: string | undefined): boolean {
+  return (contentType ?? "").split(";")[0]?.trim().toLowerCase() === BATCH_CONTENT_TYPE;
+}
+
+function integer(text: string | undefined, what: string): number {
+  if (text === undefined || !/^-?[0-9]+$/.test(text.trim())) {
+    throw new EnvelopeError(`${what} must be an integer, not ${JSON.stringify(text ?? null)}`);
+  }
+  return Number(text.trim());
+}
+
+function timestamp(text: string | undefined, what: string): number {
+  if (text === undefined || text === "") return 0;
+  const ms = Date.parse(text);
+  if (Number.isNaN(ms)) throw new EnvelopeError(`${what} is not an RFC 3339 time: ${JSON.stringify(text)}`);
+  return ms;
+}
+
+/**
+ * One delivery from a binary-mode request: `rawHeaders` as node:http gives them (name, value,
+ * name, value ...), the body is the value. An empty body may also be a null value (HTTP cannot
+ * tell them apart): `value` is then an empty Buffer. Headers are the forwarded Kafka headers in
+ * order, names as the request spelled them, plus the record's content-type when it is not the
+ * default; headers siding could not forward (docs/webhooks.md) are not there.
+ */
+export function deliveryFromRequest(rawHeaders: readonly string[], body: Buffer): Delivery {
+  const first = new Map<string, string>();
+  const headers: Header[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string;
+    const value = rawHeaders[i + 1] as string;
+    const lower = name.toLowerCase();
+    if (!first.has(lower)) first.set(lower, value);
+    if (NOT_FORWARDED.has(lower) || OURS.some((prefix) => lower.startsWith(prefix))) continue;
+    headers.push({ key: name, value: Buffer.from(value, "latin1") }); // node:http reads bytes as latin1
+  }
+  const need = (name: string): string => {
+    const value = first.get(name);
+    if (value === undefined) throw new EnvelopeError(`not a siding delivery: missing header ${name}`);
+    return value;
+  };
+  const contentType = first.get("content-type");
+  if (contentType !== undefined && contentType !== DEFAULT_CONTENT_TYPE) {
+    headers.push({ key: "content-type", value: Buffer.from(contentType, "latin1") });
+  }
+  const sidingKey = first.get("siding-key");
+  const subject = first.get("ce-subject");
+  const key = sidingKey !== undefined ? Buffer.from(sidingKey, "base64") : subject !== undefined ? Buffer.from(subject, "latin1") : null;
+  return Object.freeze({
+    id: need("ce-id"),
+    topic: need("siding-topic"),
+    partition: integer(need("siding-partition"), "siding-partition"),
+    offset: BigInt(integer(need("siding-offset"), "siding-offset")),
+    key,
+    value: body,
+    headers: Object.freeze(headers),
+    timestampMs: timestamp(first.get("ce-time"), "ce-time"),
+    attempt: integer(need("siding-attempt"), "siding-attempt"),
+    lane: integer(need("siding-lane"), "siding-lane"),
+  });
+}
+
+function base64(item: Record<string, unknown>, field: string, where: string): Buffer | null {
+  const value = item[field];
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "string" || !/^[A-Za-z0-9+/]*={0,2}$/.test(value)) {
+    throw new EnvelopeError(`${where}: "${field}" must be base64`);
+  }
+  return Buffer.from(value, "base64");
+}
+
+function whole(item: Record<string, unknown>, field: string, where: string): number {
+  const value = item[field];
+  if (typeof value !== "number" || !Number.isInteger(value)) {
+    throw new EnvelopeError(`${where}: "${field}" must be an integer, not ${JSON.stringify(value ?? null)}`);
+  }
+  return value;
+}
+
+function text(item: Record<string, unknown>, field: string, where: string): string {
+  const value = item[field];
+  if (typeof value !== "string") throw new EnvelopeError(`${where}: "${field}" must be a string`);
+  return value;
+}
+
+/**
+ * JSON.parse keeps integers exact only up to 2^53; past that the offset is read from the id
+ * ("topic/partition/offset"), which carries it as text.
+ */
+function offset(parsed: number, id: string): bigint {
+  if (Number.isSafeInteger(parsed)) return BigInt(parsed);
+  const tail = id.slice(id.lastIndexOf("/") + 1);
+  return /^[0-9]+$/.test(tail) ? BigInt(tail) : BigInt(parsed);
+}
+
+function batchItem(item: unknown, index: number): Delivery {
+  const where = `batch item ${index}`;
+  if (typeof item !== "object" || item === null || Array.isArray(item)) throw new EnvelopeError(`${where} is not a JSON object`);
+  const event = item as Record<string, unknown>;
+  const rawHeaders = event.sidingheaders ?? [];
+  if (!Array.isArray(rawHeaders)) throw new EnvelopeError(`${where}: "sidingheaders" must be an array`);
+  const headers = rawHeaders.map((h: unknown, n: number) => {
+    const at = `${where}: sidingheaders[${n}]`;
+    if (typeof h !== "object" || h === null) throw new EnvelopeError(`${at} is not a JSON object`);
+    const header = h as Record<string, unknown>;
+    return Object.freeze({ key: text(header, "key", at), value: base64(header, "value_base64", at) ?? Buffer.alloc(0) });
+  });
+  const time = event.time;
+  const id = text(event, "id", where);
+  return Object.freeze({
+    id,
+    topic: text(event, "sidingtopic", where),
+    partition: whole(event, "sidingpartition", where),
+    offset: offset(whole(event, "sidingoffset", where), id),
+    key: base64(event, "sidingkey", where),
+    value: base64(event, "data_base64", where),
+    headers: Object.freeze(headers),
+    timestampMs: timestamp(typeof time === "string" ? time : undefined, `${where}: "time"`),
+    attempt: whole(event, "sidingattempt", where),
+    lane: whole(event, "sidinglane", where),
+  });
+}
+
+/** The deliveries of a batch request (a JSON array of structured CloudEvents). */
+export function deliveriesFromBatch(body: Buffer): Delivery[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString("utf8"));
+  } catch (error) {
+    throw new EnvelopeError(`the batch is not JSON: ${(error as Error).message}`);
+  }
+  if (!Array.isArray(parsed)) throw new EnvelopeError("the batch is not a JSON array");
+  return parsed.map(batchItem);
+}
+
+/** HTTP cannot carry outputs: asking for them there is a handler bug, never a silent ack. */
+function forHttp(reply: Reply): Reply {
+  if (reply.verdict === "ack" && reply.outputs.length > 0) {
+    return retry({ reason: "outputs can only be answered over gRPC" });
+  }
+  return reply;
+}
+
+function retryAfter(seconds: number | undefined): Record<string, string> {
+  return seconds === undefined ? {} : { "retry-after": String(Math.ceil(seconds)) };
+}
+
+const TEXT = { "content-type": "text/plain; charset=utf-8" };
+
+/** The answer to a one-delivery request: siding reads only the status (and Retry-After). */
+export function singleAnswer(given: Reply): HttpAnswer {
+  const reply = forHttp(given);
+  switch (reply.verdict) {
+    case "ack":
+      return { status: 204, headers: {}, body: "" };
+    case "dead":
+      return { status: 422, headers: TEXT, body: reply.reason || "dead" };
+    case "backoff":
+      return { status: 429, headers: { ...TEXT, ...retryAfter(reply.afterSeconds) }, body: reply.reason || "back off" };
+    case "retry":
+      // 5xx: the next retry lane; a one-delivery answer cannot carry its own delay.
+      return { status: 500, headers: TEXT, body: reply.reason || "retry" };
+  }
+}
+
+/** The answer to a batch request: one result per delivery; a batch that all backs off is a 429. */
+export function batchAnswer(ids: readonly string[], replies: readonly Reply[]): HttpAnswer {
+  const given = replies.map(forHttp);
+  if (given.length > 0 && given.every((r) => r.verdict === "backoff")) {
+    const afters = given.map((r) => r.afterSeconds).filter((a): a is number => a !== undefined);
+    const after = afters.length > 0 ? Math.max(...afters) : undefined;
+    return { status: 429, headers: { ...TEXT, ...retryAfter(after) }, body: given[0]?.reason || "back off" };
+  }
+  const results = given.map((reply, n) => {
+    const id = ids[n] as string;
+    if (reply.verdict === "ack") return { id, verdict: "ack" };
+    if (reply.verdict === "dead") return { id, verdict: "dead", reason: reply.reason };
+    const result: Record<string, unknown> = { id, verdict: "retry", reason: reply.reason };
+    if (reply.afterSeconds !== undefined) result.after = reply.afterSeconds;
+    return result;
+  });
+  return { status: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ results }) };
+}
