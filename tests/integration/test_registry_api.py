@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from siding import naming
 from siding.cli.ctl import ctl
-from siding.cli.dlq import with_api_route
+from siding.cli.registered import with_api_route
 from siding.config import RouteConfig, SidingConfig, parse_config
 from siding.control import ControlServer
 from siding.control.registry import RegistryService

@@ -12,9 +12,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from siding.config import SidingConfig, load_config
+from siding.cli.registered import with_api_route
+from siding.config import load_config
 from siding.dlq.filters import LetterFilter, build_filter
-from siding.errors import SidingError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,24 +46,6 @@ def _common(command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def with_api_route(config: SidingConfig, route: str) -> SidingConfig:
-    """The config, plus ``route`` when it is not in the file but was made through the control
-    API and is in the registry topic (docs/registration.md)."""
-    from siding.kafka.reader import read_to_end
-    from siding.registry.records import api_route
-
-    if any(r.name == route for r in config.route) or not config.control.takes_routes:
-        return config
-    try:
-        records = read_to_end(config.kafka.client_config(), config.control.registry_topic)
-    except SidingError:
-        return config  # no registry: the error says the route is not in the file
-    found = api_route(records, route, config.route)
-    if found is None:
-        return config
-    return config.model_copy(update={"route": (*config.route, found)})
 
 
 class _Job:
