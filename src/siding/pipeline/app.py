@@ -27,7 +27,7 @@ from siding.kafka.admin import (
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
 from siding.model import Ordering
-from siding.pipeline import moves, owner
+from siding.pipeline import moves, owner, positions
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
@@ -434,7 +434,8 @@ class Application:
             for topic in (target.topic, *target.more):
                 offsets = end_offsets(source.endOffset, topic)
                 if offsets:
-                    commit_offsets(self._admin, target.group, topic, offsets)
+                    mark = positions.mark(f"batch={progress.batchId}")
+                    commit_offsets(self._admin, target.group, topic, offsets, metadata=mark)
                     out[topic] = offsets
         return out
 
