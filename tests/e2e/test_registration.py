@@ -246,10 +246,10 @@ def test_instances_join_and_leave_a_route_made_at_runtime_and_survive_a_restart(
         code, answer = call(f"{s.url}/routes", "POST", ADMIN, s.table)
         assert code == 201, answer
         assert call(f"{s.url}/routes", "POST", ADMIN, {**s.table, "group": "x"})[0] == 400
-        killed = s.python_instance("killed", latency_s=(1.0, 2.0))  # slow: it has calls out
-        joined = time.monotonic()
         s.python_instance("python")
+        joined = time.monotonic()
         s.node = NodeConsumer(s.url, s.topic, s.tmp_path / "node.csv")
+        killed = s.python_instance("killed", latency_s=(1.0, 2.0))  # slow: it has calls out
         s.wait_committed(siding, WAITING, "the waiting traffic")
         waiting_s, after_join_s = time.monotonic() - made, time.monotonic() - joined
         # And while traffic flows one is killed and a fourth joins
@@ -309,7 +309,11 @@ def kill_one_add_one(s: Scenario, siding: Running, killed: Any) -> tuple[float, 
     s.wait_committed(siding, BEFORE_RESTART, "all traffic")
     gone = s.leases["killed"].id
     wait_until(lambda: gone not in s.members(), what="the killed one dropped", timeout_s=30)
-    return killed_at, time.time() - killed_at
+    audit = read_topic(dict(s.config.kafka.client_config()), naming.state_topic(s.topic, "audit"))
+    events = [json.loads(r.value or b"") for r in audit]
+    expired = [e for e in events if e["command"] == "consumer expire" and e["consumer"] == gone]
+    assert len(expired) == 1, events
+    return killed_at, expired[0]["at_ms"] / 1000 - killed_at
 
 
 def check_deliveries(s: Scenario, killed_at: float) -> tuple[dict[str, int], list[float]]:
