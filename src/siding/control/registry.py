@@ -143,6 +143,11 @@ class RegistryService:
         self._host = host
         self._on_routes = on_routes
 
+    @property
+    def running(self) -> bool:
+        """Whether the application runs (attached): before that, routes cannot change."""
+        return self._host is not None
+
     def start(self) -> RegistryService:
         self._reaper = threading.Thread(target=self._reap_loop, name="siding-registry", daemon=True)
         self._reaper.start()

@@ -123,8 +123,9 @@ class ControlServer:
         return 404, "application/json", _json({"error": f"no such endpoint: {route}"})
 
     def _idle_ok(self) -> bool:
-        """With routes made at runtime, none at all is a healthy start."""
-        return self._registry is not None and not self._registry.routes_now()
+        """With routes made at runtime, none at all is healthy once the application runs."""
+        registry = self._registry
+        return registry is not None and registry.running and not registry.routes_now()
 
     def change(
         self, method: str, path: str, authorization: str | None, body: bytes, peer: str = ""
