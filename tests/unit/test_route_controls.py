@@ -188,3 +188,23 @@ def test_siding_top_shows_a_running_siding_through_its_control_api(
     assert "billing (paused)" in result.output and "main" in result.output
     unreachable = CliRunner().invoke(top, ["--url", "http://127.0.0.1:9", "--once"])
     assert unreachable.exit_code != 0 and "cannot read" in unreachable.output
+
+
+def test_drain_is_a_mutating_call_with_the_same_token_rules() -> None:
+    drained = threading.Event()
+    c = controls()
+    with ControlServer(
+        ("127.0.0.1", 0), MetricsSink(), list, controls=c, token=TOKEN, drain=drained.set
+    ) as s:
+        assert call(f"{s.url}/drain", "POST", None)[0] == 401
+        assert call(f"{s.url}/drain", "POST", "wrong")[0] == 403
+        assert call(f"{s.url}/drain", "PATCH", TOKEN)[0] == 405
+        assert not drained.is_set()
+        runner = CliRunner()
+        refused = runner.invoke(ctl, ["--url", s.url, "--token", "wrong", "drain"])
+        assert refused.exit_code != 0 and "403" in refused.output and not drained.is_set()
+        done = runner.invoke(ctl, ["--url", s.url, "--token", TOKEN, "drain"])
+        assert done.exit_code == 0 and '"draining": true' in done.output
+    assert drained.is_set()
+    with ControlServer(("127.0.0.1", 0), MetricsSink(), list, controls=c) as s:
+        assert call(f"{s.url}/drain", "POST", "anything")[0] == 403

@@ -26,8 +26,8 @@ TOKEN_ENV = "SIDING_CONTROL_TOKEN"
 )
 @click.pass_context
 def ctl(ctx: click.Context, path: str | None, url: str | None, token: str | None) -> None:
-    """Pause, resume, close a breaker, change limits, or create and delete routes on a running
-    siding and list the consumer instances that joined them."""
+    """Pause, resume, close a breaker, change limits, drain, or create and delete routes on a
+    running siding and list the consumer instances that joined them."""
     if path is not None:
         config = load_config(path)
         if url is None:
@@ -90,6 +90,14 @@ def resume(ctx: click.Context, route: str) -> None:
 def breaker_close(ctx: click.Context, route: str) -> None:
     """Close the route's circuit breakers (from each worker's next task)."""
     _call(ctx, "POST", f"/routes/{route}/breaker/close")
+
+
+@ctl.command()
+@click.pass_context
+def drain(ctx: click.Context) -> None:
+    """Stop siding gracefully, as SIGTERM does: every route drains (its calls in flight finish
+    within drain_timeout, its batch commits), then the process exits 0."""
+    _call(ctx, "POST", "/drain")
 
 
 @ctl.command("set")

@@ -74,7 +74,8 @@ def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
     help="json: one JSON object per line, with the batch and breaker fields.",
 )
 def run(path: Path, log_level: str, log_format: str) -> None:
-    """Run every route of the config until Ctrl-C / SIGTERM."""
+    """Run every route of the config until Ctrl-C / SIGTERM (or `siding ctl drain`): each route
+    then drains (docs/operations.md, "Stopping siding"); a second signal stops at once."""
     from siding.control.runner import SidingRun
 
     logs.configure(log_level.lower(), log_format.lower())
@@ -84,13 +85,14 @@ def run(path: Path, log_level: str, log_format: str) -> None:
     siding = SidingRun(config)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-        siding.stop_event.set()
+        siding.request_stop()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
         siding.start()
         siding.run()
+        siding.drain()
     finally:
         siding.stop()
     log.info("siding: stopped cleanly")

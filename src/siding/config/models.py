@@ -152,6 +152,9 @@ class BreakerConfig(BaseModel):
 
 GRPC_DEFAULT_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_LEASE_S = 15.0
+# The default drain timeout is the deadline plus this: room for the answer of a call that ran to
+# its deadline (the window's own grace is at most 1 s) to be written.
+DRAIN_SLACK_S = 2.0
 
 
 class ParkConfig(BaseModel):
@@ -217,6 +220,7 @@ class RouteConfig(BaseModel):
     transport: Literal["stream", "unary"] = "stream"
     max_in_flight: Count = Field(default=1000, ge=1)
     deadline: PositiveDuration = 30.0
+    drain_timeout: PositiveDuration | None = None
     rate_limit: Number = Field(default=0.0, ge=0)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     min_partitions: Count = Field(default=0, ge=0)
@@ -328,6 +332,15 @@ class RouteConfig(BaseModel):
         """Whether consumer instances may join this route at runtime: it lists no endpoint, or
         it has a ``registration_token`` (docs/registration.md)."""
         return not self.endpoint or self.registration_token is not None
+
+    @property
+    def drain_timeout_s(self) -> float:
+        """How long a draining stop waits for this route's calls in flight (docs/operations.md,
+        "Stopping siding"): ``drain_timeout``, else the main lane's deadline plus
+        ``DRAIN_SLACK_S``, so that a call that runs to its deadline still reports its answer."""
+        if self.drain_timeout is not None:
+            return self.drain_timeout
+        return self.deadline + DRAIN_SLACK_S
 
     @property
     def parks(self) -> bool:

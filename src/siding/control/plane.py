@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from siding.config import RouteConfig, SidingConfig
@@ -26,6 +26,7 @@ class ControlPlane:
         controls: RouteControls | None = None,
         poll_s: float = POLL_S,
         registry: RegistryService | None = None,
+        drain: Callable[[], None] | None = None,
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
         topics = [route_topics(r) for r in config.route]
@@ -38,6 +39,7 @@ class ControlPlane:
             token=token,
             kafka=self.view.facts,
             registry=registry,
+            drain=drain,
         )
 
     def routes_changed(self, routes: Sequence[RouteConfig]) -> None:

@@ -72,6 +72,7 @@ class SidingRun:
                 lambda: application_health(app),
                 controls=app.controls,
                 registry=self.registry,
+                drain=app.request_drain,
             )
             self.control.start()
             log.info("siding: control API on %s (/health /status /metrics /routes)", self.url)
@@ -100,9 +101,23 @@ class SidingRun:
         if self.control is not None:
             self.control.routes_changed(routes)
 
+    def request_stop(self) -> None:
+        """What a signal does: the first begins a drain, the next one stops at once (before
+        the application exists, it stops)."""
+        if self.app is None:
+            self.stop_event.set()
+        else:
+            self.app.request_stop()
+
     def run(self) -> None:
+        """Until a drain or a stop is asked, or a route fails."""
         assert self.app is not None
         self.app.run()
+
+    def drain(self) -> None:
+        """The draining stop (docs/operations.md, "Stopping siding"); then ``stop``."""
+        assert self.app is not None
+        self.app.drain_routes()
 
     def stop(self) -> None:
         if self.app is not None:

@@ -42,6 +42,7 @@ class ControlServer:
         token: str | None = None,
         kafka: KafkaFacts | None = None,
         registry: RegistryService | None = None,
+        drain: Callable[[], None] | None = None,
     ) -> None:
         self._address = address
         self._metrics = metrics
@@ -50,6 +51,7 @@ class ControlServer:
         self._token = token
         self._kafka = kafka
         self._registry = registry
+        self._drain = drain
         self._prometheus = metrics_registry(metrics.snapshot, queries, kafka)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -148,12 +150,23 @@ class ControlServer:
             refusal = check_token(self._token, authorization)
             if refusal is not None:
                 return refusal[0], "application/json", _json({"error": refusal[1]})
+            if path.split("?", 1)[0].rstrip("/") == "/drain":
+                return 200, "application/json", _json(self.drain(method))
             if self._controls is None:
                 raise ControlError(404, "this server controls no routes")
             values = control_call(self._controls, method, path, body)
         except ControlError as exc:
             return exc.status, "application/json", _json({"error": str(exc)})
         return 200, "application/json", _json(values)
+
+    def drain(self, method: str) -> dict[str, object]:
+        """``POST /drain``: the draining stop a signal starts (docs/operations.md)."""
+        if method != "POST":
+            raise ControlError(405, f"{method} /drain: use POST")
+        if self._drain is None:
+            raise ControlError(404, "this server cannot drain")
+        self._drain()
+        return {"draining": True}
 
 
 def control_call(controls: RouteControls, method: str, path: str, body: bytes) -> dict[str, object]:

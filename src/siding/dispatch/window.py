@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
@@ -57,6 +58,7 @@ async def dispatch(
     clock: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
     park_timer: ParkTimer | None = None,
+    drain: asyncio.Event | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -65,7 +67,9 @@ async def dispatch(
     ordering). ``clock`` is epoch seconds (for not-before times), ``rand`` feeds backoff jitter.
     With ``settings.park`` enabled, calls still running once nothing else is left are handed
     over in ``DispatchReport.parked`` instead of awaited; ``park_timer`` (kept per endpoint)
-    learns answer latencies and says when.
+    learns answer latencies and says when. Once ``drain`` is set (a draining stop), nothing more
+    is sent: calls still out are parked and items not sent yet are handed to the park lane
+    unsent (parking routes only; others go on to the end).
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -82,6 +86,7 @@ async def dispatch(
         clock=clock,
         rand=rand,
         park_timer=park_timer or ParkTimer(),
+        drain=drain,
     )
     return await window.run()
 
@@ -99,8 +104,10 @@ class _Window:
         clock: Callable[[], float],
         rand: Callable[[], float],
         park_timer: ParkTimer,
+        drain: asyncio.Event | None = None,
     ) -> None:
         self._transport = transport
+        self._drain = drain
         self._work = work
         self._settings = settings
         self._breaker = breaker
@@ -142,9 +149,9 @@ class _Window:
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
-        stop_watch = asyncio.create_task(self._stop.wait()) if self._stop else None
-        if stop_watch is not None:
-            stop_watch.add_done_callback(lambda _: self._wake.set())
+        watches = [asyncio.create_task(e.wait()) for e in (self._stop, self._drain) if e]
+        for watch in watches:
+            watch.add_done_callback(lambda _: self._wake.set())
         try:
             self._release(self._lines.start())
             while self._unsettled:
@@ -158,6 +165,9 @@ class _Window:
                 self._check_breaker_wait()
                 if not self._unsettled:
                     break
+                if self._may_park and self._drain is not None and self._drain.is_set():
+                    self._hand_over_all()
+                    break
                 if self._may_park and self._unsettled == len(self._suspects):
                     self._hand_over_suspects()
                     break
@@ -169,7 +179,7 @@ class _Window:
                 await self._sleep(_earliest(wait_s, park_in))
         finally:
             remove_listener()
-            await self._cancel_all(stop_watch)
+            await self._cancel_all(watches)
         return self._report()
 
     def _launch(self) -> float | None:
@@ -292,6 +302,30 @@ class _Window:
                 self._parked.append(ParkedCall(self._work[index], token, task))
             self._stats.handed_over()
             self._settle(index, step)
+
+    def _hand_over_all(self) -> None:
+        """A draining stop (docs/operations.md, "Stopping siding"): nothing more is sent. Each
+        call still out is parked and keeps running (its answer settles it); each item not sent
+        yet goes to the park lane unsent, due at once. The batch can then commit."""
+        now_ms = self._now_ms()
+        for index, step in enumerate(self._steps):
+            if step is not None:
+                continue
+            token = uuid.uuid4().hex
+            deaths = self._suspects.deaths(index)
+            running = self._running.pop(index, None)
+            if running is None:
+                self._settle(index, Parked(token, now_ms, deaths))
+                continue
+            task, answered, _, started_ms = running
+            task.remove_done_callback(answered)
+            self._in_flight.discard(task)
+            deadline_s = self._work[index].deadline_s or self._settings.deadline_s
+            not_before_ms = parked_not_before_ms(started_ms, deadline_s, safety_grace_s(deadline_s))
+            self._parked.append(ParkedCall(self._work[index], token, task))
+            self._stats.parked()
+            self._settle(index, Parked(token, not_before_ms, deaths))
+        self._due.clear()
 
     async def _send(self, index: int) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery
@@ -473,14 +507,12 @@ class _Window:
         except TimeoutError:
             pass
 
-    async def _cancel_all(self, stop_watch: asyncio.Task[bool] | None) -> None:
-        tasks: list[asyncio.Task[object]] = [*self._in_flight]
+    async def _cancel_all(self, watches: list[asyncio.Task[Literal[True]]]) -> None:
+        tasks: list[asyncio.Task[object]] = [*self._in_flight, *watches]
         if self._breaker_wait is not None:
             tasks.append(self._breaker_wait)
             self._stats.waited_on_breaker(time.monotonic() - self._breaker_wait_since)
             self._breaker_wait = None
-        if stop_watch is not None:
-            tasks.append(stop_watch)
         for task in tasks:
             task.cancel()
         if tasks:

@@ -31,6 +31,7 @@ from siding.pipeline import moves, owner, positions
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
+from siding.pipeline.drain import Drain, fields, quiet_py4j, summary
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.route_lock import RouteLock
@@ -78,6 +79,8 @@ class Application:
     _present: set[str] = field(default_factory=set)
     _locks: list[RouteLock] = field(default_factory=list)
     controls: RouteControls = field(default_factory=RouteControls)
+    drain: Drain = field(default_factory=Drain)
+    _stores: dict[str, SettlementStore] = field(default_factory=dict)
     # Routes started or stopped at runtime (add_route, remove_route): what each one holds.
     _admin: Any = None
     _targets: dict[str, CommitTarget] = field(default_factory=dict)
@@ -88,6 +91,8 @@ class Application:
         self.controls = RouteControls(
             {route.name: route for route in self.config.route}, self.config.control.registry_topic
         )
+        timeouts = {route.name: route.drain_timeout_s for route in self.config.route}
+        self.drain = Drain(timeouts, hard=self.stop_event)
 
     def start(self) -> None:
         """Create topics, restore state and start every query. A SparkSession passed in as
@@ -117,9 +122,11 @@ class Application:
                 extra=config.spark.conf_values(),
             )
             self._own_session = True
+        quiet_py4j()
+        self.drain.open_signal()
         self._admin = admin
         targets = self._targets  # filled below; the listener reads it live
-        self._listener = make_listener(admin, targets, self.on_progress)
+        self._listener = make_listener(admin, targets, self.on_progress, self.drain.progressed)
         self.spark.streams.addListener(self._listener)
         for route in config.route:
             self._start_route(route, partitions_of[route.name])
@@ -150,6 +157,7 @@ class Application:
                 sink=self.sink,
                 parallelism=self.spark.sparkContext.defaultParallelism,
                 controls=self.controls,
+                drain=self.drain,
             )
             checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
                 route.name, lane
@@ -187,6 +195,7 @@ class Application:
         self._held.setdefault(route.name, []).append(tail)
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
+        self._stores[route.name] = store
         assert self.spark is not None
         handler = ParkBatchHandler(
             route=route,
@@ -196,6 +205,7 @@ class Application:
             sink=self.sink,
             parallelism=self.spark.sparkContext.defaultParallelism,
             controls=self.controls,
+            drain=self.drain,
         )
         topic = naming.park_topic(route.name)
         checkpoint = Path(self.config.spark.checkpoint_dir) / naming.checkpoint_subdir(
@@ -357,6 +367,7 @@ class Application:
                 raise
             self.config = config
             self.controls.add(route)
+            self.drain.track(route.name, route.drain_timeout_s, _query_names(route))
             self._start_route(route, partitions)
 
     def remove_route(self, name: str, timeout_s: float) -> dict[str, dict[int, int]]:
@@ -369,8 +380,7 @@ class Application:
             route = next((r for r in self.config.route if r.name == name), None)
             if route is None:
                 raise RouteFailed(f"no route named {name!r} is running")
-            names = {naming.query_name(name, lane) for lane in range(len(route.lanes) + 1)}
-            names.add(naming.query_name(name, naming.PARK_LANE))
+            names = set(_query_names(route))
             queries = [q for q in self.queries if q.name in names]
             self.controls.pause(name)
             give_up = time.monotonic() + timeout_s
@@ -381,7 +391,10 @@ class Application:
                 if not self._settled(name, queries):
                     log.warning("route %s: stopped with a batch still running", name)
             self.queries = [q for q in self.queries if q.name not in names]
-            # A batch held by the pause ends without starting; then each query stops.
+            # A batch held by the pause ends without starting, as a drain's held batch does
+            # (its query's stop interrupts it: Spark takes that for the stop, not an error).
+            for query_name in names:
+                self.drain.stop(query_name)
             self.controls.remove(name)
             committed: dict[str, dict[int, int]] = {}
             for query in queries:
@@ -392,6 +405,8 @@ class Application:
                 committed.update(self._commit_last(query))
             for query_name in names:
                 self._targets.pop(query_name, None)
+            self.drain.untrack(name, names)
+            self._stores.pop(name, None)
             self.config = self.config.model_copy(
                 update={"route": tuple(r for r in self.config.route if r.name != name)}
             )
@@ -412,8 +427,11 @@ class Application:
                 held.release()
 
     def _settled(self, name: str, queries: list[StreamingQuery]) -> bool:
-        """Whether every batch of the route that was running has committed: each query is
-        between batches, or held by the pause at the start of its next one."""
+        """Whether every batch of the route that was running has committed (the drain's
+        ``quiet``), and no batch is between the pause and its start (each query is between
+        batches, or held by the pause)."""
+        if not self.drain.quiet(str(q.name) for q in queries):
+            return False
         running = 0
         for query in queries:
             try:
@@ -439,9 +457,22 @@ class Application:
                     out[topic] = offsets
         return out
 
+    def request_drain(self) -> None:
+        """Begin a draining stop (``run`` returns; then call ``drain_routes`` and ``stop``)."""
+        if self.drain.begin():
+            log.info("siding: draining (a second signal stops at once)")
+
+    def request_stop(self) -> None:
+        """What a signal does: the first begins a drain, the next one stops at once."""
+        if self.drain.requested.is_set():
+            self.stop_event.set()
+        else:
+            self.request_drain()
+
     def run(self, poll_s: float = 0.5) -> None:
-        """Block until ``stop_event`` is set (clean stop) or a query fails (``RouteFailed``)."""
-        while not self.stop_event.wait(poll_s):
+        """Block until a drain or a stop is asked (``request_drain``, ``stop_event``) or a query
+        fails (``RouteFailed``)."""
+        while not self.stop_event.is_set() and not self.drain.requested.wait(poll_s):
             for query in list(self.queries):
                 try:
                     active = query.isActive
@@ -454,13 +485,57 @@ class Application:
                     self.stop_event.set()
                     raise RouteFailed(f"{query.name} stopped: {_short(str(error))}")
 
+    def drain_routes(self, poll_s: float = 0.1) -> None:
+        """The drain (docs/operations.md, "Stopping siding"): no batch starts; wait, per route
+        and at most its ``drain_timeout``, until the batches running have committed and the
+        calls parked in the workers have answered; log what each route's drain did. A second
+        signal (``stop_event``) ends the wait at once."""
+        self.request_drain()
+        pending = {route.name: route for route in self.config.route}
+        names = {route.name: _query_names(route) for route in self.config.route}
+        while pending and not self.stop_event.is_set():
+            for name in list(pending):
+                if self._drained(name, names[name]):
+                    # Batches still running at the timeout are cut by the stop.
+                    busy = self.drain.busy(names[name])
+                    self._log_drain(name, busy, hard=False)
+                    del pending[name]
+            if pending:
+                self.stop_event.wait(poll_s)
+        for name in pending:
+            self._log_drain(name, self.drain.busy(names[name]), hard=True)
+
+    def _log_drain(self, route: str, replayed: int, *, hard: bool) -> None:
+        tally = self.drain.finish(route)
+        extra = {"siding": fields(route, tally, replayed=replayed, hard=hard)}
+        level = logging.WARNING if hard or replayed else logging.INFO
+        log.log(level, summary(route, tally, replayed=replayed, hard=hard), extra=extra)
+
+    def _drained(self, route: str, queries: list[str]) -> bool:
+        """Whether ``route``'s drain is over; past its deadline it is, whatever is left."""
+        if time.monotonic() >= self.drain.deadline(route):
+            return True
+        if not self.drain.quiet(queries):
+            return False
+        store = self._stores.get(route)
+        if store is not None and self.drain.waiting_calls(route):
+            try:
+                store.catch_up()
+            except Exception as exc:  # the answers stay in Kafka for the next run
+                log.warning("drain: route %s: reading answers: %s", route, exc)
+            self.drain.settle(route, store.of)
+        return not self.drain.waiting_calls(route)
+
     def stop(self) -> None:
         """Stop every query, then the session. Offsets are committed by Spark only after a batch
-        succeeded, so stopping (or losing the JVM) mid-batch never commits past a record."""
+        succeeded, so stopping (or losing the JVM) mid-batch never commits past a record; a
+        batch held by a drain (or cut by the stop) ends as a stop, with nothing committed."""
+        self.drain.requested.set()
         self.stop_event.set()
         spark, self.spark = self.spark, None
         for query in self.queries:
             try:
+                self.drain.stop(str(query.name))
                 query.stop()
             except Exception as exc:  # the JVM may already be shutting down with us
                 log.warning("stopping a query: %s", str(exc).splitlines()[0] if str(exc) else exc)
@@ -477,6 +552,13 @@ class Application:
         for tail in self._tails:
             tail.close()
         self._release_locks()
+        self.drain.close_signal()
+
+
+def _query_names(route: RouteConfig) -> list[str]:
+    """Every query a route may run: its lanes and its park lane."""
+    lanes = (naming.PARK_LANE, *range(len(route.lanes) + 1))
+    return [naming.query_name(route.name, lane) for lane in lanes]
 
 
 def _short(text: str) -> str:

@@ -13,11 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from siding import naming
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
 from siding.pipeline.batchlog import log_batch
 from siding.pipeline.controls import RouteControls
+from siding.pipeline.drain import Drain, DrainStopped, Sleep
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.plan import build_plan
 from siding.pipeline.rows import SELECT_EXPR
@@ -66,26 +68,41 @@ class LaneBatchHandler:
     attempts: int = 3
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
+    drain: Drain = field(default_factory=Drain)
+
+    @property
+    def query(self) -> str:
+        return naming.query_name(self.route.name, self.lane)
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        guarded(self.drain, self.query, frame, lambda sleep: self._batch(frame, batch_id, sleep))
+
+    def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
         # Paused: the batch has not started, so Spark commits nothing for it until resume.
-        self.controls.wait_while_paused(self.route.name, self.stop)
+        self.controls.wait_while_paused(self.route.name, self.drain.requested)
         started = time.monotonic()
         rows = frame.selectExpr(*SELECT_EXPR)
         if self.lane > 0:
             self._wait_until_releasable(frame)
-        if self.route.ordering is Ordering.KEY:
-            # All records of a key in one task, in log order; more tasks than Kafka partitions.
-            # By key alone: the main lane's held records come from another topic's partitions.
-            tasks = max(self.parallelism, self.route.min_partitions)
-            rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
-        results = self._run_with_retries(rows, batch_id)
-        events = [event for result in results for event in result.park_events]
-        with self.parking.write_lock:
-            state = self.parking.apply(events)
-            if state:
-                self._write_state(state, batch_id)
-        self.sink.report(self.route.name, self.lane, results, time.monotonic() - started)
+        self.drain.enter(self.query, sleep)
+        results: list[TaskResult] | None = None
+        try:
+            if self.route.ordering is Ordering.KEY:
+                # All records of a key in one task, in log order; more tasks than Kafka
+                # partitions. By key alone: the main lane's held records come from another
+                # topic's partitions.
+                tasks = max(self.parallelism, self.route.min_partitions)
+                rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
+            done = self._run_with_retries(rows, batch_id)
+            events = [event for result in done for event in result.park_events]
+            with self.parking.write_lock:
+                state = self.parking.apply(events)
+                if state:
+                    self._write_state(state, batch_id)
+            results = done
+        finally:
+            self.drain.leave(self.query, self.route.name, batch_id, results)
+        self.sink.report(self.route.name, self.lane, done, time.monotonic() - started)
 
     def _write_state(self, state: list[OutRecord], batch_id: int) -> None:
         for attempt in range(1, self.attempts + 1):
@@ -114,6 +131,7 @@ class LaneBatchHandler:
             self.parking.snapshot(),
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
             registry_topic=self.controls.registry_topic,
+            drain_file=self.drain.signal_file(self.route.name),
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results
@@ -130,7 +148,32 @@ class LaneBatchHandler:
         delay_s = self.route.lanes_as_model()[self.lane - 1].delay_s
         wait_s = min(not_before_ms / 1000 - time.time(), delay_s)
         if wait_s > 0:
-            self.stop.wait(wait_s)
+            self.drain.requested.wait(wait_s)  # a drain (or stop) holds the batch instead
+
+
+def jvm_sleep(frame: DataFrame) -> Sleep:
+    """``Thread.sleep`` in the JVM, on the query's own thread: py4j runs a call made from a
+    foreachBatch function on the JVM thread that called it (pinned threads), so the query's
+    stop interrupts it."""
+    jvm: Any = frame.sparkSession.sparkContext._jvm
+
+    def sleep(ms: int) -> None:
+        jvm.java.lang.Thread.sleep(ms)
+
+    return sleep
+
+
+def guarded(drain: Drain, query: str, frame: DataFrame, batch: Callable[[Sleep], None]) -> None:
+    """Run a foreachBatch function; an error while its query is being stopped ends the batch
+    as a stop (``DrainStopped``: no trace, nothing committed) instead of failing the query."""
+    sleep = jvm_sleep(frame)
+    try:
+        batch(sleep)
+    except DrainStopped:
+        raise
+    except Exception:
+        drain.failed(query, sleep)
+        raise
 
 
 T = TypeVar("T")
@@ -145,6 +188,8 @@ def run_with_retries(run: Callable[[], T], where: str, stop: threading.Event, at
         try:
             return run()
         except Exception as exc:
+            if stop.is_set():
+                raise BatchFailed(f"{where}: stopping; not committed") from exc
             text = str(exc)
             fatal = any(marker in text for marker in _FATAL_MARKERS)
             if fatal or attempt == attempts:

@@ -30,13 +30,15 @@ def make_listener(
     admin: AdminClient,
     targets: Mapping[str, CommitTarget],
     on_progress: Callable[[str, Any], None] = lambda *_: None,
+    on_committed: Callable[[str, int], None] = lambda *_: None,
 ) -> Any:
     """A ``StreamingQueryListener`` that commits each query's ``endOffset`` to its group,
     marked as siding's (``siding:batch=<id>``: a commit without the mark was made by another
     tool, see ``siding.pipeline.positions.start_verdict``).
 
     ``onQueryProgress`` fires after the batch's commit log entry is written, so the group never
-    runs ahead of the checkpoint (DESIGN.md, invariant 1).
+    runs ahead of the checkpoint (DESIGN.md, invariant 1). ``on_committed(name, batch id)``
+    follows the group commit (tried, whether or not it worked).
     """
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
@@ -72,6 +74,7 @@ def make_listener(
                             last[(name, topic)] = offsets
             except Exception:  # a listener must never kill the query; the next batch retries
                 log.exception("committing offsets of %s to group %s failed", name, target.group)
+            on_committed(name, int(progress.batchId))
 
         def onQueryIdle(self, event: Any) -> None:
             pass

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from siding import naming
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError
-from siding.pipeline.batch import BatchSink, log, run_with_retries
+from siding.pipeline.batch import BatchSink, guarded, log, run_with_retries
 from siding.pipeline.controls import RouteControls
+from siding.pipeline.drain import Drain, Sleep
 from siding.pipeline.park_task import settle_partition
 from siding.pipeline.plan import build_plan
 from siding.pipeline.rows import SELECT_EXPR
@@ -48,10 +49,26 @@ class ParkBatchHandler:
     attempts: int = 3
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
+    drain: Drain = field(default_factory=Drain)
     _used: tuple[str, ...] = ()
 
+    @property
+    def query(self) -> str:
+        return naming.query_name(self.route.name, naming.PARK_LANE)
+
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        self.controls.wait_while_paused(self.route.name, self.stop)
+        guarded(self.drain, self.query, frame, lambda sleep: self._batch(frame, batch_id, sleep))
+
+    def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
+        self.controls.wait_while_paused(self.route.name, self.drain.requested)
+        self.drain.enter(self.query, sleep)
+        results: list[TaskResult] | None = None
+        try:
+            results = self._settle(frame, batch_id)
+        finally:
+            self.drain.leave(self.query, self.route.name, batch_id, results)
+
+    def _settle(self, frame: DataFrame, batch_id: int) -> list[TaskResult]:
         started = time.monotonic()
         # Spark runs a batch only after the one before was committed: its used settlements
         # can go now (a replay of that batch would still have needed them).
@@ -60,6 +77,8 @@ class ParkBatchHandler:
         due = {str(row["token"]): int(row["nb"] or 0) for row in marks if row["token"]}
         tokens = set(due)
         self._wait_for_answers(due)
+        # The calls the main and retry lanes parked that have answered now need no wait at a drain.
+        self.drain.settle(self.route.name, self.settlements.of)
         rows = frame.selectExpr(*SELECT_EXPR)
         rdd = rows.rdd
         plan = build_plan(
@@ -81,6 +100,7 @@ class ParkBatchHandler:
         results = run_with_retries(run, where, self.stop, self.attempts)
         self._used = tuple(t for r in results for t in r.used_tokens)
         self.sink.report(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
+        return results
 
     def _wait_for_answers(self, due: Mapping[str, int]) -> None:
         """Until every call answered, one is due without an answer, or ANSWER_WAIT_S passed."""
@@ -93,7 +113,7 @@ class ParkBatchHandler:
                 return
             if time.time() * 1000 >= min(missing) or time.monotonic() >= give_up:
                 return
-            if self.stop.wait(POLL_S):
+            if self.drain.requested.wait(POLL_S):
                 return
 
     def _forget(self, tokens: tuple[str, ...]) -> None:

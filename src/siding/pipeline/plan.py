@@ -40,6 +40,8 @@ class TaskPlan:
     breaker_epoch: int = 0
     # Where consumer instances that join the route are registered ("": none join it).
     registry_topic: str = ""
+    # A file that appears when a draining stop begins (siding.pipeline.drain); "" for none.
+    drain_file: str = ""
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -100,6 +102,7 @@ def build_plan(
     settlements: Mapping[str, Settlement] | None = None,
     breaker_epoch: int = 0,
     registry_topic: str = "",
+    drain_file: str = "",
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -119,4 +122,5 @@ def build_plan(
         settlements=dict(settlements or {}),
         breaker_epoch=breaker_epoch,
         registry_topic=registry_topic if route.takes_registrations else "",
+        drain_file=drain_file,
     )

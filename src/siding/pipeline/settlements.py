@@ -28,18 +28,21 @@ class SettlementStore:
         self._read_new = read_new
         self._write = write
         self._lock = threading.Lock()
+        # The park lane and a drain both read (from two threads); the reader is one consumer.
+        self._reading = threading.Lock()
         self._known: dict[str, Settlement] = {}
 
     def catch_up(self) -> None:
         """Read every settlement written since the last call."""
-        records = self._read_new()
-        with self._lock:
-            for key, value in records:
-                token = key.decode()
-                if value is None:
-                    self._known.pop(token, None)
-                else:
-                    self._known[token] = settlement.decode(key, value)
+        with self._reading:
+            records = self._read_new()
+            with self._lock:
+                for key, value in records:
+                    token = key.decode()
+                    if value is None:
+                        self._known.pop(token, None)
+                    else:
+                        self._known[token] = settlement.decode(key, value)
 
     def of(self, tokens: Iterable[str]) -> dict[str, Settlement]:
         with self._lock:

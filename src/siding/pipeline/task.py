@@ -6,6 +6,7 @@ means every record of its slice has a durable outcome (invariant 1).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -43,8 +44,10 @@ from siding.routing.records import (
     park_record,
     requeue_record,
 )
+from siding.transport.base import Transport
 
 _DUE_SLACK_MS = 1000
+DRAIN_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class TaskResult:
     host: str = ""
     # The park lane: settlements this task used up (the driver forgets them).
     used_tokens: tuple[str, ...] = ()
+    # (token, not-before ms) of the calls this task parked still running: a draining stop waits
+    # for their settlements (siding.pipeline.drain).
+    running_parked: tuple[tuple[str, int], ...] = ()
 
 
 def route_out(
@@ -241,10 +247,19 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     return tally(
         settled,
         parked=len(report.parked_items),
+        running_parked=running_parked(report),
         stats=report.stats,
         park_events=park_events(plan, settled),
         dead_reasons=dead_reasons(dead),
     )
+
+
+def running_parked(report: DispatchReport) -> tuple[tuple[str, int], ...]:
+    """(token, not-before ms) of each call the dispatch parked still running."""
+    not_before = {
+        s.step.token: s.step.not_before_ms for s in report.settled if isinstance(s.step, Parked)
+    }
+    return tuple((call.token, not_before[call.token]) for call in report.parked)
 
 
 # Dead-letter reasons that siding writes itself, by the start of their text, and their class.
@@ -319,13 +334,47 @@ def deliver(
     if running:
         settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))
     report = rt.run(
-        dispatch(transport, work, settings, parked=plan.parked, breaker=breaker, park_timer=timer)
+        _dispatch_until_drained(
+            plan.drain_file,
+            transport,
+            work,
+            settings,
+            parked=plan.parked,
+            breaker=breaker,
+            park_timer=timer,
+        )
     )
     if report.parked:
         writer = rt.producer(plan.client_conf, use="settlements").write
         adoption = Adoption(key, plan.settle_topic, timer, breaker, writer)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
+
+
+async def _dispatch_until_drained(
+    drain_file: str,
+    transport: Transport,
+    work: Sequence[Work],
+    settings: DispatchSettings,
+    **options: Any,
+) -> DispatchReport:
+    """``dispatch``, told of a draining stop by the driver's drain file (docs/operations.md,
+    "Stopping siding"): the file appears when the drain begins."""
+    if not drain_file:
+        return await dispatch(transport, work, settings, **options)
+    drain = asyncio.Event()
+    watch = asyncio.create_task(watch_file(drain_file, drain))
+    try:
+        return await dispatch(transport, work, settings, drain=drain, **options)
+    finally:
+        watch.cancel()
+
+
+async def watch_file(path: str, seen: asyncio.Event, poll_s: float = DRAIN_POLL_S) -> None:
+    """Set ``seen`` once ``path`` exists (one stat per poll: cheap beside a dispatch)."""
+    while not os.path.exists(path):
+        await asyncio.sleep(poll_s)
+    seen.set()
 
 
 def deliver_partition(plan: TaskPlan) -> Any:
