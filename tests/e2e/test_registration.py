@@ -258,10 +258,10 @@ def test_instances_join_and_leave_a_route_made_at_runtime_and_survive_a_restart(
         # and the killed one's calls were answered elsewhere without spending an attempt
         shares, given_back = check_deliveries(s, killed_at)
         # When siding restarts, the route and the leases still held come back and it resumes;
-        # then the route is deleted
+        # then the route is deleted while traffic flows
         siding.stop()
         siding = restart_and_resume(s)
-        delete_the_route(s, siding)
+        deleted_at = delete_the_route(s, siding)
     finally:
         siding.stop()
     print(
@@ -269,7 +269,7 @@ def test_instances_join_and_leave_a_route_made_at_runtime_and_survive_a_restart(
         f" was made, {after_join_s:.1f}s after the first instance joined; shares {shares};"
         f" {len(given_back)} calls of the killed instance answered elsewhere within"
         f" {max(given_back):.2f}s of the kill; the killed instance left the registry"
-        f" {dropped_s:.1f}s after the kill (lease 6s)"
+        f" {dropped_s:.1f}s after the kill (lease 6s); deleted with {deleted_at} committed"
     )
 
 
@@ -355,13 +355,29 @@ def restart_and_resume(s: Scenario) -> Running:
     return siding
 
 
-def delete_the_route(s: Scenario, siding: Running) -> None:
-    """Its queries stop after their batches committed; siding runs on without it."""
+def delete_the_route(s: Scenario, siding: Running) -> str:
+    """While traffic flows: its queries stop once their batches committed, the group is at the
+    last committed batch, and siding runs on without the route."""
+    before, more = BEFORE_RESTART + LATER, 100
+    producer = threading.Thread(
+        target=produce,
+        args=(s.kafka.bootstrap, s.topic, more),
+        kwargs={"rate": 50.0, "start_seq": before},
+    )
+    producer.start()
+    time.sleep(0.5)
     code, answer = call(f"{s.url}/routes/{s.topic}", "DELETE", ADMIN)
+    producer.join()
     assert code == 200, answer
-    assert answer["committed"][s.topic] == {"0": BEFORE_RESTART + LATER}
+    offset = int(answer["committed"][s.topic]["0"])
+    assert before <= offset <= before + more
+    group = committed_offsets(dict(s.config.kafka.client_config()), f"{s.topic}-g", s.topic)
+    assert group == {0: offset}
+    delivered = {i for rows in s.received().values() for i, _, _ in rows}
+    assert delivered >= {delivery_id(s.topic, 0, n) for n in range(offset)}
     assert siding.app is not None and siding.app.queries == []
     assert call(f"{s.url}/routes", "GET") == (200, {"routes": []})
     assert call(s.consumers, "GET")[0] == 404
     assert call(f"{s.url}/health", "GET")[0] == 200
     siding.check()
+    return f"{offset - before} of the {more} records produced around the delete"

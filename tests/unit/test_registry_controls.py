@@ -12,6 +12,7 @@ from siding.config import parse_route
 from siding.control.status import QueryHealth, health_document
 from siding.control.tokens import bearer, same_token
 from siding.pipeline.controls import ControlError, RouteControls, RouteStopped
+from siding.pipeline.drain import Drain
 
 
 def test_a_route_made_at_runtime_is_controlled_until_it_is_removed() -> None:
@@ -69,3 +70,15 @@ def test_a_bearer_token_is_read_and_compared_whole() -> None:
     assert bearer("Basic abc") is None and bearer(None) is None and bearer("Bearer ") is None
     assert same_token("abc", "abc") and not same_token("abc", "abcd")
     assert not same_token("abc", None) and not same_token("", "")
+
+
+def test_a_route_made_at_runtime_drains_and_one_made_again_is_not_held_as_stopped() -> None:
+    drain = Drain({})
+    drain.track("orders", 7.0, ["siding.orders.main"])
+    assert drain.begin()
+    assert drain.deadline("orders") == drain.began + 7.0
+    drain.stop("siding.orders.main")
+    drain.untrack("orders", ["siding.orders.main"])
+    assert drain.deadline("orders") == drain.began
+    drain.track("orders", 7.0, ["siding.orders.main"])
+    assert not drain.stopping("siding.orders.main")
