@@ -116,11 +116,14 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "RECEIPTS_CA_PEM": PEM_CERT,
         "RECEIPTS_CERT_PEM": PEM_CERT,
         "RECEIPTS_KEY_PEM": PEM_KEY,
+        "ORDERS_JOIN_TOKEN": "orders-join-token",
     }
     # When it is loaded
     config = load_config(tmp_path / "siding.toml", env=env)
     # Then every route is there, with the values the comments promise
-    assert [r.name for r in config.routes] == ["billing", "trips.receipts", "audit"]
+    assert [r.name for r in config.routes] == ["billing", "trips.receipts", "audit", "orders"]
+    orders = config.route_named("orders")
+    assert orders.endpoint == () and orders.takes_registrations and orders.lease == 15.0
     billing = config.route_named("billing")
     assert billing.ordering is Ordering.KEY
     assert billing.lanes_as_model() == (Lane(10.0, 30.0, 1), Lane(300.0, 120.0, 2))

@@ -17,7 +17,7 @@ from siding.cli.ctl import ctl
 from siding.cli.top import top
 from siding.config import parse_config
 from siding.control import ControlServer
-from siding.control.server import check_token
+from siding.control.tokens import check_token
 from siding.dispatch.breaker import (
     BreakerSettings,
     BreakerState,

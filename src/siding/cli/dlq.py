@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+from siding.cli.registered import with_api_route
 from siding.config import load_config
 from siding.dlq.filters import LetterFilter, build_filter
 
@@ -55,7 +56,7 @@ class _Job:
     ) -> None:
         from siding.dlq.read import open_scope
 
-        self.config = load_config(path)
+        self.config = with_api_route(load_config(path), route)
         self.chosen: LetterFilter = build_filter(
             since=since,
             until=until,

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from siding.cli import logs
+from siding.cli.registered import with_api_route
 from siding.config import load_config
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def show(path: Path, route: str, as_json: bool) -> None:
     """Per partition: the checkpoint's position, the group's offset, the log and the lag."""
     from siding.pipeline import moves, positions
 
-    config = load_config(path)
+    config = with_api_route(load_config(path), route)
     view = moves.look(config, config.route_named(route))
     planned = positions.plan(view.extents, view.checkpoint, view.group)
     if as_json:
@@ -108,7 +109,7 @@ def reset(
     else:
         target = positions.Target("offsets", offsets=positions.parse_offsets(to_offset or ""))
     logs.to_stderr("siding.offsets")
-    config = load_config(path)
+    config = with_api_route(load_config(path), route)
     outcome = moves.reset(config, route, target, execute=execute)
     if as_json:
         data = {

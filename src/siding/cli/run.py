@@ -76,41 +76,23 @@ def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
 def run(path: Path, log_level: str, log_format: str) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM (or `siding ctl drain`): each route
     then drains (docs/operations.md, "Stopping siding"); a second signal stops at once."""
-    from siding.control import ControlPlane, application_health
-    from siding.pipeline.app import Application
-    from siding.pipeline.metrics import MetricsSink
+    from siding.control.runner import SidingRun
 
     logs.configure(log_level.lower(), log_format.lower())
     config = load_config(path)
     for note in config.kafka.notes:
         log.warning("%s", note)
-    metrics = MetricsSink()
-    for route in config.route:
-        metrics.declare(route.name, 1 + len(route.lanes))
-    app = Application(config, sink=metrics.sink)
-    address = config.control.address()
-    control = None
-    if address:
-        health = lambda: application_health(app)  # noqa: E731
-        control = ControlPlane(
-            config, address, metrics, health, controls=app.controls, drain=app.request_drain
-        )
+    siding = SidingRun(config)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-        app.request_stop()
+        siding.request_stop()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        if control is not None:
-            control.start()
-            log.info("siding: control API on %s (/health /status /metrics)", control.url)
-        app.start()
-        log.info("siding: running %d route(s); Ctrl-C to stop", len(config.route))
-        app.run()
-        app.drain_routes()
+        siding.start()
+        siding.run()
+        siding.drain()
     finally:
-        app.stop()
-        if control is not None:
-            control.stop()
+        siding.stop()
     log.info("siding: stopped cleanly")

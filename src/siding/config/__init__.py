@@ -4,7 +4,7 @@ docs/configuration.md documents every key; ``examples/siding.toml`` shows them a
 """
 
 from siding.config.fields import Duration, PositiveDuration, Setting
-from siding.config.loading import load_config, parse_config
+from siding.config.loading import load_config, parse_config, parse_route
 from siding.config.models import (
     MAX_LANE_ATTEMPTS,
     MAX_LANES,
@@ -56,4 +56,5 @@ __all__ = [
     "looks_secret",
     "parse_config",
     "parse_duration",
+    "parse_route",
 ]

@@ -13,14 +13,14 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from siding.config.fields import Problem
-from siding.config.models import SECRET_FILE_KEYS, SidingConfig
+from siding.config.models import SECRET_FILE_KEYS, RouteConfig, SidingConfig
 from siding.config.sections import DEFAULT_CHECKPOINT_DIR
 from siding.config.values import interpolate, is_safe_route_name
 from siding.errors import ConfigError
@@ -64,6 +64,43 @@ def parse_config(
         raise ConfigError(_key(exc.loc, raw), exc.message) from None
     except ValidationError as exc:
         raise _translate(exc, raw) from None
+
+
+# Step 1 of ``parse_route`` validates the table alone inside a config that needs nothing else.
+_PLACEHOLDER_KAFKA = {"bootstrap": "127.0.0.1:9092"}
+
+
+def parse_route(table: Mapping[str, Any], existing: Sequence[RouteConfig] = ()) -> RouteConfig:
+    """One route from the keys of a ``[[route]]`` table given as data (the control API's
+    ``POST /routes``), validated by the same code as a file, with the same error keys
+    (``route[<name>].<key>``), then against the ``existing`` routes (names, topic and group).
+
+    Nothing is read from the driver's environment or files: no ``${VAR}``, no ``*_file`` keys
+    (a route made through the API gives its secrets inline)."""
+    data = dict(table)
+    raw = {"route": [data]}
+    try:
+        auth = data.get("auth")
+        for file_key in SECRET_FILE_KEYS.values():
+            if isinstance(auth, Mapping) and file_key in auth:
+                raise Problem(
+                    ("route", 0, "auth", file_key),
+                    "files are not read for a route made through the control API: give"
+                    f" {_inline(file_key)} itself",
+                )
+        route = SidingConfig.model_validate({"kafka": _PLACEHOLDER_KAFKA, "route": [data]}).route[0]
+        named = [*({"name": r.name} for r in existing), {"name": route.name}]
+        raw = {"route": named}
+        SidingConfig.model_validate({"kafka": _PLACEHOLDER_KAFKA, "route": [*existing, route]})
+    except Problem as exc:
+        raise ConfigError(_key(exc.loc, raw), exc.message) from None
+    except ValidationError as exc:
+        raise _translate(exc, raw) from None
+    return route
+
+
+def _inline(file_key: str) -> str:
+    return next(inline for inline, key in SECRET_FILE_KEYS.items() if key == file_key)
 
 
 def _toml_position(message: str) -> str:

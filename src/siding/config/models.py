@@ -151,6 +151,7 @@ class BreakerConfig(BaseModel):
 
 
 GRPC_DEFAULT_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_LEASE_S = 15.0
 # The default drain timeout is the deadline plus this: room for the answer of a call that ran to
 # its deadline (the window's own grace is at most 1 s) to be written.
 DRAIN_SLACK_S = 2.0
@@ -215,7 +216,7 @@ class RouteConfig(BaseModel):
     topic: str
     group: str = Field(min_length=1, max_length=255)
     ordering: Ordering = Ordering.UNORDERED
-    endpoint: tuple[Endpoint, ...]
+    endpoint: tuple[Endpoint, ...] = ()
     transport: Literal["stream", "unary"] = "stream"
     max_in_flight: Count = Field(default=1000, ge=1)
     deadline: PositiveDuration = 30.0
@@ -236,6 +237,9 @@ class RouteConfig(BaseModel):
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
     batch: BatchConfig | None = None
+    # Consumer instances that join at runtime (docs/registration.md).
+    registration_token: SecretStr | None = None
+    lease: PositiveDuration = DEFAULT_LEASE_S
 
     @model_validator(mode="before")
     @classmethod
@@ -271,13 +275,29 @@ class RouteConfig(BaseModel):
     def _endpoints(cls, value: Any) -> Any:
         urls = [value] if isinstance(value, str | Endpoint) else value
         if not isinstance(urls, list | tuple) or not urls:
-            raise ValueError("expected a URL or a non-empty list of URLs")
+            raise ValueError(
+                "expected a URL or a non-empty list of URLs (leave endpoint out for a route"
+                " whose consumer instances join at runtime)"
+            )
         if not all(isinstance(u, str | Endpoint) for u in urls):
             raise ValueError("expected a URL or a non-empty list of URLs")
         return [u if isinstance(u, Endpoint) else Endpoint.parse(u) for u in urls]
 
+    @field_validator("registration_token")
+    @classmethod
+    def _registration_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("must not be empty (leave the key out for no token)")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> RouteConfig:
+        if self.dlq == self.topic:
+            raise Problem(("dlq",), "the DLQ must not be the source topic")
+        if self.adaptive.min_in_flight > self.max_in_flight:
+            raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
+        if not self.endpoint:
+            return self  # every endpoint joins at runtime: each is checked when it joins
         first = self.endpoint[0]
         if any(e.scheme != first.scheme for e in self.endpoint):
             raise Problem(("endpoint",), "all endpoints of a route must use the same scheme")
@@ -295,10 +315,6 @@ class RouteConfig(BaseModel):
                     ("auth", self.auth.given(pem)),
                     "needs a TLS endpoint (grpcs://, grpcs+dns:/// or https://)",
                 )
-        if self.dlq == self.topic:
-            raise Problem(("dlq",), "the DLQ must not be the source topic")
-        if self.adaptive.min_in_flight > self.max_in_flight:
-            raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         return self
 
     @property
@@ -307,7 +323,15 @@ class RouteConfig(BaseModel):
         gRPC's default 4 MiB receive limit unless they raise it; HTTP servers answer 413."""
         if self.max_message_bytes is not None:
             return self.max_message_bytes
+        if not self.endpoint:  # instances that join may be gRPC: keep gRPC's limit
+            return GRPC_DEFAULT_MESSAGE_BYTES
         return GRPC_DEFAULT_MESSAGE_BYTES if self.endpoint[0].is_grpc else 0
+
+    @property
+    def takes_registrations(self) -> bool:
+        """Whether consumer instances may join this route at runtime: it lists no endpoint, or
+        it has a ``registration_token`` (docs/registration.md)."""
+        return not self.endpoint or self.registration_token is not None
 
     @property
     def drain_timeout_s(self) -> float:
@@ -322,6 +346,14 @@ class RouteConfig(BaseModel):
     def parks(self) -> bool:
         """Whether this route's calls may outlive their batch."""
         return self.park.enabled and self.ordering is Ordering.UNORDERED
+
+    def redacted(self) -> dict[str, Any]:
+        """The route for display: secrets masked, durations as text, endpoints as URLs."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        data["endpoint"] = [e.url for e in self.endpoint]
+        if self.endpoint and not self.endpoint[0].is_grpc:
+            del data["transport"]
+        return data
 
     def lanes_as_model(self) -> tuple[Lane, ...]:
         """The retry lanes as ``siding.model.Lane`` values, for ``siding.policy``."""
@@ -347,11 +379,21 @@ class SidingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _routes(self) -> SidingConfig:
-        if not self.route:
-            raise Problem(("route",), "at least one [[route]] is required")
+        if not self.route and not self.control.takes_routes:
+            raise Problem(
+                ("route",),
+                "at least one [[route]] is required (or a [control] token and listen address,"
+                " to create routes through the control API)",
+            )
         names: dict[str, str] = {}
         pairs: set[tuple[str, str]] = set()
         for i, route in enumerate(self.route):
+            if not route.endpoint and not self.control.listen:
+                raise Problem(
+                    ("route", i, "endpoint"),
+                    "required key is missing (consumer instances could join the route only"
+                    " through the control API, which [control] listen turns off)",
+                )
             if (route.topic, route.group) in pairs:
                 raise Problem(("route", i, "group"), "another route has the same topic and group")
             # Kafka refuses topic names that differ only in '.' versus '_' (metric names collide).
@@ -384,8 +426,5 @@ class SidingConfig(BaseModel):
         kafka = data["kafka"]
         data["kafka"] = {"bootstrap": self.kafka.bootstrap, **kafka["client"]}
         data["kafka"].update({t: kafka[t] for t in ("librdkafka", "java") if kafka[t]})
-        for route, config in zip(data["route"], self.route, strict=True):
-            route["endpoint"] = [e.url for e in config.endpoint]
-            if not config.endpoint[0].is_grpc:
-                del route["transport"]
+        data["route"] = [route.redacted() for route in self.route]
         return data

@@ -28,9 +28,10 @@ from siding.config.kafka_clients import (
     reveal,
     split_settings,
 )
-from siding.config.values import looks_secret, parse_host_port
+from siding.config.values import is_legal_topic_name, looks_secret, parse_host_port
 
 DEFAULT_CHECKPOINT_DIR = "./.siding/checkpoints"
+DEFAULT_REGISTRY_TOPIC = "siding.registry"
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -208,6 +209,15 @@ class ControlConfig(BaseModel):
 
     listen: str = "127.0.0.1:9464"
     token: SecretStr | None = None
+    # API routes and consumer registrations (docs/registration.md): one compacted topic.
+    registry_topic: str = DEFAULT_REGISTRY_TOPIC
+
+    @field_validator("registry_topic")
+    @classmethod
+    def _registry_topic(cls, value: str) -> str:
+        if not is_legal_topic_name(value):
+            raise ValueError(f"{value!r} is not a legal Kafka topic name")
+        return value
 
     @field_validator("listen")
     @classmethod
@@ -219,3 +229,8 @@ class ControlConfig(BaseModel):
     def address(self) -> tuple[str, int] | None:
         """``(host, port)`` to bind (port 0: any free port), or ``None`` when disabled."""
         return parse_host_port(self.listen, "listen", allow_zero=True) if self.listen else None
+
+    @property
+    def takes_routes(self) -> bool:
+        """Whether routes can be created at runtime: the API is on and has an admin token."""
+        return bool(self.listen) and bool(self.token and self.token.get_secret_value())

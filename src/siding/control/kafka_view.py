@@ -214,6 +214,14 @@ class KafkaView:
         with self._lock:
             return self._facts.get(route)
 
+    def watch(self, routes: Sequence[RouteTopics]) -> None:
+        """Poll these routes from now on (routes made or deleted at runtime)."""
+        names = {topics.route for topics in routes}
+        with self._lock:
+            self.routes = list(routes)
+            for gone in set(self._facts) - names:
+                del self._facts[gone]
+
     def start(self) -> KafkaView:
         self._thread = threading.Thread(target=self._run, name="siding-kafka-view", daemon=True)
         self._thread.start()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from siding.config import SidingConfig
+from siding.config import RouteConfig, SidingConfig
 from siding.control.kafka_view import POLL_S, KafkaView, route_topics
+from siding.control.registry import RegistryService
 from siding.control.server import ControlServer, HealthSource
 from siding.pipeline.controls import RouteControls
 from siding.pipeline.metrics import MetricsSink
@@ -24,6 +25,7 @@ class ControlPlane:
         *,
         controls: RouteControls | None = None,
         poll_s: float = POLL_S,
+        registry: RegistryService | None = None,
         drain: Callable[[], None] | None = None,
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
@@ -36,8 +38,13 @@ class ControlPlane:
             controls=controls,
             token=token,
             kafka=self.view.facts,
+            registry=registry,
             drain=drain,
         )
+
+    def routes_changed(self, routes: Sequence[RouteConfig]) -> None:
+        """The page follows routes made or deleted at runtime."""
+        self.view.watch([route_topics(r) for r in routes])
 
     @property
     def url(self) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -14,8 +13,11 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from siding.control import registry_api
 from siding.control.prometheus import metrics_registry, render
+from siding.control.registry import RegistryService
 from siding.control.status import KafkaFacts, QueryHealth, health_document, status_document
+from siding.control.tokens import check_token
 from siding.errors import SidingError
 from siding.pipeline.controls import ControlError, RouteControls
 from siding.pipeline.metrics import MetricsSink
@@ -39,6 +41,7 @@ class ControlServer:
         controls: RouteControls | None = None,
         token: str | None = None,
         kafka: KafkaFacts | None = None,
+        registry: RegistryService | None = None,
         drain: Callable[[], None] | None = None,
     ) -> None:
         self._address = address
@@ -47,8 +50,9 @@ class ControlServer:
         self._controls = controls
         self._token = token
         self._kafka = kafka
+        self._registry = registry
         self._drain = drain
-        self._registry = metrics_registry(metrics.snapshot, queries, kafka)
+        self._prometheus = metrics_registry(metrics.snapshot, queries, kafka)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -100,23 +104,49 @@ class ControlServer:
         if route == "/":
             return 200, "text/html; charset=utf-8", page()
         if route == "/health":
-            code, body = health_document(self._queries())
+            code, body = health_document(self._queries(), idle_ok=self._idle_ok())
             return code, "application/json", _json(body)
+        if self._registry is not None and route.startswith("/routes"):
+            try:
+                answer = registry_api.read_call(self._registry, route)
+            except ControlError as exc:
+                return exc.status, "application/json", _json({"error": str(exc)})
+            if answer is not None:
+                return answer[0], "application/json", _json(answer[1])
         if route == "/status":
-            document = status_document(self._metrics.snapshot(), self._queries(), self._kafka)
+            snapshot, queries = self._metrics.snapshot(), self._queries()
+            document = status_document(snapshot, queries, self._kafka, idle_ok=self._idle_ok())
             if self._controls is not None:
                 for route in document["routes"]:
                     route["control"] = self._controls.values(route["name"])
             return 200, "application/json", _json(document)
         if route == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, render(self._registry)
+            return 200, CONTENT_TYPE_LATEST, render(self._prometheus)
         return 404, "application/json", _json({"error": f"no such endpoint: {route}"})
 
+    def _idle_ok(self) -> bool:
+        """With routes made at runtime, none at all is healthy once the application runs."""
+        registry = self._registry
+        return registry is not None and registry.running and not registry.routes_now()
+
     def change(
-        self, method: str, path: str, authorization: str | None, body: bytes
+        self, method: str, path: str, authorization: str | None, body: bytes, peer: str = ""
     ) -> tuple[int, str, bytes]:
-        """``(status, content type, body)`` for a mutating call (POST or PATCH)."""
+        """``(status, content type, body)`` for a mutating call (POST, PATCH, PUT, DELETE);
+        ``peer`` is the caller's address (for the audit trail of registry changes)."""
         try:
+            if self._registry is not None:
+                answer = registry_api.change_call(
+                    self._registry,
+                    self._token,
+                    method=method,
+                    path=path,
+                    authorization=authorization,
+                    body=body,
+                    peer=peer,
+                )
+                if answer is not None:
+                    return answer[0], "application/json", _json(answer[1])
             refusal = check_token(self._token, authorization)
             if refusal is not None:
                 return refusal[0], "application/json", _json({"error": refusal[1]})
@@ -137,19 +167,6 @@ class ControlServer:
             raise ControlError(404, "this server cannot drain")
         self._drain()
         return {"draining": True}
-
-
-def check_token(token: str | None, authorization: str | None) -> tuple[int, str] | None:
-    """Pure: ``None`` when the bearer token is right; else the status and why (401 without a
-    token, 403 with a wrong one, 403 when the config sets none: mutating calls are off)."""
-    if not token:
-        return 403, "mutating calls are off: set [control] token in the config to allow them"
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        return 401, "a bearer token is needed (Authorization: Bearer <[control] token>)"
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
-        return 403, "wrong token"
-    return None
 
 
 def control_call(controls: RouteControls, method: str, path: str, body: bytes) -> dict[str, object]:
@@ -210,13 +227,26 @@ def _handler(control: ControlServer) -> type[BaseHTTPRequestHandler]:
         def do_PATCH(self) -> None:
             self._change("PATCH")
 
+        def do_PUT(self) -> None:
+            self._change("PUT")
+
+        def do_DELETE(self) -> None:
+            self._change("DELETE")
+
         def _change(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(min(length, MAX_BODY_BYTES)) if length else b""
-            code, content_type, answer = control.change(
-                method, self.path, self.headers.get("Authorization"), body
-            )
-            if code == HTTPStatus.OK:
+            try:
+                code, content_type, answer = control.change(
+                    method, self.path, self.headers.get("Authorization"), body,
+                    peer=str(self.client_address[0]),
+                )  # fmt: skip
+            except Exception as exc:  # a failed call must not kill the server thread
+                log.exception("control: %s %s failed", method, self.path)
+                code, content_type = HTTPStatus.INTERNAL_SERVER_ERROR, "application/json"
+                answer = _json({"error": str(exc)})
+            # Registry changes log themselves; renewals, every few seconds, do not.
+            if code == HTTPStatus.OK and "/consumers" not in self.path:
                 log.warning("control: %s %s done", method, self.path)
             self.send_response(code)
             self.send_header("Content-Type", content_type)

@@ -22,9 +22,12 @@ class QueryHealth:
     error: str | None = None
 
 
-def health_document(queries: Sequence[QueryHealth]) -> tuple[int, dict[str, Any]]:
-    """200 when there is at least one query and every query is active, else 503."""
-    healthy = bool(queries) and all(q.active for q in queries)
+def health_document(
+    queries: Sequence[QueryHealth], *, idle_ok: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """200 when there is at least one query (or none is expected: ``idle_ok``, a siding that
+    waits for routes made through the API) and every query is active, else 503."""
+    healthy = (bool(queries) or idle_ok) and all(q.active for q in queries)
     body = {
         "status": "ok" if healthy else "unavailable",
         "queries": [_query(q) for q in queries],
@@ -107,7 +110,11 @@ KafkaFacts = Callable[[str], RouteKafka | None]
 
 
 def status_document(
-    snapshot: Snapshot, queries: Sequence[QueryHealth], kafka: KafkaFacts | None = None
+    snapshot: Snapshot,
+    queries: Sequence[QueryHealth],
+    kafka: KafkaFacts | None = None,
+    *,
+    idle_ok: bool = False,
 ) -> dict[str, Any]:
     """Routes with their lanes, counts, rates and breaker; what Kafka says of each route (when
     ``kafka`` is given and has polled); the queries; the last error."""
@@ -128,7 +135,7 @@ def status_document(
     errors = [q.error for q in queries if q.error]
     return {
         "uptime_s": round(snapshot.at - snapshot.started_at, 3),
-        "healthy": health_document(queries)[0] == 200,
+        "healthy": health_document(queries, idle_ok=idle_ok)[0] == 200,
         "routes": routes,
         "queries": [_query(q) for q in queries],
         "last_error": snapshot.last_error or (errors[-1] if errors else None),

@@ -200,8 +200,10 @@ def _commit_offsets(
     *,
     metadata: str,
 ) -> None:
+    # confluent-kafka takes no None for metadata: a commit without any leaves it out.
     partitions = [
-        TopicPartition(topic, p, o, metadata=metadata or None) for p, o in sorted(offsets.items())
+        TopicPartition(topic, p, o, metadata=metadata) if metadata else TopicPartition(topic, p, o)
+        for p, o in sorted(offsets.items())
     ]
     futures = admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout_s

@@ -18,6 +18,7 @@ from siding.kafka.admin import (
     TopicSpec,
     admin_client,
     cluster_id,
+    commit_offsets,
     committed_offsets,
     ensure_topics,
     existing_topics,
@@ -26,7 +27,7 @@ from siding.kafka.admin import (
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
 from siding.model import Ordering
-from siding.pipeline import moves, owner
+from siding.pipeline import moves, owner, positions
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.commits import CommitTarget, make_listener
 from siding.pipeline.controls import RouteControls
@@ -36,7 +37,12 @@ from siding.pipeline.park_batch import ParkBatchHandler
 from siding.pipeline.route_lock import RouteLock
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
-from siding.pipeline.source import source_options, starting_offsets, starting_offsets_of
+from siding.pipeline.source import (
+    end_offsets,
+    source_options,
+    starting_offsets,
+    starting_offsets_of,
+)
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -75,9 +81,16 @@ class Application:
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
     _stores: dict[str, SettlementStore] = field(default_factory=dict)
+    # Routes started or stopped at runtime (add_route, remove_route): what each one holds.
+    _admin: Any = None
+    _targets: dict[str, CommitTarget] = field(default_factory=dict)
+    _held: dict[str, list[Any]] = field(default_factory=dict)
+    _routes_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.controls = RouteControls({route.name: route for route in self.config.route})
+        self.controls = RouteControls(
+            {route.name: route for route in self.config.route}, self.config.control.registry_topic
+        )
         timeouts = {route.name: route.drain_timeout_s for route in self.config.route}
         self.drain = Drain(timeouts, hard=self.stop_event)
 
@@ -111,59 +124,67 @@ class Application:
             self._own_session = True
         quiet_py4j()
         self.drain.open_signal()
-        targets: dict[str, CommitTarget] = {}  # filled below; the listener reads it live
+        self._admin = admin
+        targets = self._targets  # filled below; the listener reads it live
         self._listener = make_listener(admin, targets, self.on_progress, self.drain.progressed)
         self.spark.streams.addListener(self._listener)
         for route in config.route:
-            partitions = partitions_of[route.name]
-            parking = KeyParking(naming.state_topic(route.name, "keys"))
-            parking.restore(read_to_end(client_conf, parking.topic))
-            state_producer = DurableProducer(client_conf)
-            self._producers.append(state_producer)
-            topics = (route.topic, *naming.route_lane_topics(route))
-            held = self._held_topics(route)
-            for lane, topic in enumerate(topics):
-                name = naming.query_name(route.name, lane)
-                more = held if lane == 0 else ()
-                targets[name] = CommitTarget(route.group, topic, more)
-                handler = LaneBatchHandler(
-                    route=route,
-                    lane=lane,
-                    client_conf=client_conf,
-                    parking=parking,
-                    state_producer=state_producer,
-                    stop=self.stop_event,
-                    sink=self.sink,
-                    parallelism=self.spark.sparkContext.defaultParallelism,
-                    controls=self.controls,
-                    drain=self.drain,
-                )
-                checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
-                    route.name, lane
-                )
-                starting = self._starting(
-                    client_conf,
-                    route,
-                    (topic, *more),
-                    partitions=partitions,
-                    checkpoint=checkpoint,
-                    lane=lane,
-                )
-                self._start_query(
-                    route,
-                    name,
-                    ",".join((topic, *more)),
-                    handler=handler,
-                    checkpoint=checkpoint,
-                    starting=starting,
-                )
-            # Parked records left from when the route parked are finished even if it no longer
-            # does (parking turned off, key mode): the main lane committed past them.
-            if route.parks or naming.park_topic(route.name) in self._present:
-                targets[naming.query_name(route.name, naming.PARK_LANE)] = CommitTarget(
-                    route.group, naming.park_topic(route.name)
-                )
-                self._start_park_lane(route, partitions, state_producer)
+            self._start_route(route, partitions_of[route.name])
+
+    def _start_route(self, route: RouteConfig, partitions: int) -> None:
+        """Restore the route's state and start its queries (main lane, retry lanes, park lane)."""
+        config, targets = self.config, self._targets
+        client_conf = config.kafka.client_config()
+        assert self.spark is not None
+        parking = KeyParking(naming.state_topic(route.name, "keys"))
+        parking.restore(read_to_end(client_conf, parking.topic))
+        state_producer = DurableProducer(client_conf)
+        self._producers.append(state_producer)
+        self._held.setdefault(route.name, []).append(state_producer)
+        topics = (route.topic, *naming.route_lane_topics(route))
+        held = self._held_topics(route)
+        for lane, topic in enumerate(topics):
+            name = naming.query_name(route.name, lane)
+            more = held if lane == 0 else ()
+            targets[name] = CommitTarget(route.group, topic, more)
+            handler = LaneBatchHandler(
+                route=route,
+                lane=lane,
+                client_conf=client_conf,
+                parking=parking,
+                state_producer=state_producer,
+                stop=self.stop_event,
+                sink=self.sink,
+                parallelism=self.spark.sparkContext.defaultParallelism,
+                controls=self.controls,
+                drain=self.drain,
+            )
+            checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
+                route.name, lane
+            )
+            starting = self._starting(
+                client_conf,
+                route,
+                (topic, *more),
+                partitions=partitions,
+                checkpoint=checkpoint,
+                lane=lane,
+            )
+            self._start_query(
+                route,
+                name,
+                ",".join((topic, *more)),
+                handler=handler,
+                checkpoint=checkpoint,
+                starting=starting,
+            )
+        # Parked records left from when the route parked are finished even if it no longer
+        # does (parking turned off, key mode): the main lane committed past them.
+        if route.parks or naming.park_topic(route.name) in self._present:
+            targets[naming.query_name(route.name, naming.PARK_LANE)] = CommitTarget(
+                route.group, naming.park_topic(route.name)
+            )
+            self._start_park_lane(route, partitions, state_producer)
 
     def _start_park_lane(
         self, route: RouteConfig, partitions: int, state_producer: DurableProducer
@@ -171,6 +192,7 @@ class Application:
         client_conf = self.config.kafka.client_config()
         tail = TopicTail(client_conf, naming.state_topic(route.name, "settled"))
         self._tails.append(tail)
+        self._held.setdefault(route.name, []).append(tail)
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
         self._stores[route.name] = store
@@ -197,7 +219,9 @@ class Application:
             route, name, topic, handler=handler, checkpoint=checkpoint, starting=starting
         )
 
-    def _check_owners(self, admin: Any) -> list[tuple[Path, owner.Owner]]:
+    def _check_owners(
+        self, admin: Any, routes: tuple[RouteConfig, ...] | None = None
+    ) -> list[tuple[Path, owner.Owner]]:
         """Refuse any route whose checkpoint belongs to another cluster, topic or route (before
         Spark sees it); the owners still to be recorded once the route's topics are ready."""
         base = owner.local_dir(self.config.spark.checkpoint_dir)
@@ -206,23 +230,25 @@ class Application:
             return []
         cluster = cluster_id(admin)
         to_claim = []
-        for route in self.config.route:
+        for route in self.config.route if routes is None else routes:
             route_dir = base / naming.route_checkpoint_subdir(route.name)
             current = owner.Owner(route.name, route.topic, cluster)
             if owner.check(route_dir, current, naming.lane_label(0)).write:
                 to_claim.append((route_dir, current))
         return to_claim
 
-    def _lock_routes(self) -> None:
+    def _lock_routes(self, routes: tuple[RouteConfig, ...] | None = None) -> None:
         """Hold each route's checkpoint while running: a second siding on it, or an offsets
         reset, is refused (``siding.pipeline.route_lock``)."""
         base = owner.local_dir(self.config.spark.checkpoint_dir)
         if base is None:
             return
-        for route in self.config.route:
+        for route in self.config.route if routes is None else routes:
             route_dir = base / naming.route_checkpoint_subdir(route.name)
             what = f"siding run of route {route.name}"
-            self._locks.append(RouteLock(route_dir, what).acquire(wait_s=2.0))
+            lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
+            self._locks.append(lock)
+            self._held.setdefault(route.name, []).append(lock)
 
     def _release_locks(self) -> None:
         locks, self._locks = self._locks, []
@@ -320,6 +346,117 @@ class Application:
         self.queries.append(query)
         log.info("started %s on %s", name, topic)
 
+    def add_route(self, route: RouteConfig) -> None:
+        """Start a route made at runtime (docs/registration.md), as ``start`` starts one from
+        the config: its topics, its checkpoint's owner, its state and its queries."""
+        with self._routes_lock:
+            if self.spark is None or self._admin is None:
+                raise RouteFailed(f"route {route.name}: the application is not running")
+            if any(r.name == route.name for r in self.config.route):
+                raise RouteFailed(f"route {route.name} is already running")
+            to_claim = self._check_owners(self._admin, (route,))
+            self._lock_routes((route,))
+            try:
+                partitions = self._prepare_topics(self._admin, route)
+                for route_dir, current in to_claim:
+                    owner.claim(route_dir, current)
+                config = self.config.model_copy(update={"route": (*self.config.route, route)})
+                moves.reconcile_at_start(config, route, self._admin)
+            except BaseException:
+                self._release(route.name)
+                raise
+            self.config = config
+            self.controls.add(route)
+            self.drain.track(route.name, route.drain_timeout_s, _query_names(route))
+            self._start_route(route, partitions)
+
+    def remove_route(self, name: str, timeout_s: float) -> dict[str, dict[int, int]]:
+        """Stop a route's queries once the batches they are running have committed (each is
+        held at the start of its next batch, as a pause holds it), then commit the group's
+        offsets; past ``timeout_s`` they are stopped as they are (a batch cut short is not
+        committed and runs again if the route comes back). Returns the offsets committed, per
+        topic. Lanes, DLQ, state topics and checkpoints stay (docs/registration.md)."""
+        with self._routes_lock:
+            route = next((r for r in self.config.route if r.name == name), None)
+            if route is None:
+                raise RouteFailed(f"no route named {name!r} is running")
+            names = set(_query_names(route))
+            queries = [q for q in self.queries if q.name in names]
+            self.controls.pause(name)
+            give_up = time.monotonic() + timeout_s
+            while not self._settled(name, queries) and time.monotonic() < give_up:
+                if self.stop_event.wait(0.1):
+                    break
+            else:
+                if not self._settled(name, queries):
+                    log.warning("route %s: stopped with a batch still running", name)
+            self.queries = [q for q in self.queries if q.name not in names]
+            # A batch held by the pause ends without starting, as a drain's held batch does
+            # (its query's stop interrupts it: Spark takes that for the stop, not an error).
+            for query_name in names:
+                self.drain.stop(query_name)
+            self.controls.remove(name)
+            committed: dict[str, dict[int, int]] = {}
+            for query in queries:
+                try:
+                    query.stop()
+                except Exception as exc:
+                    log.warning("stopping %s: %s", query.name, _short(str(exc)))
+                committed.update(self._commit_last(query))
+            for query_name in names:
+                self._targets.pop(query_name, None)
+            self.drain.untrack(name, names)
+            self._stores.pop(name, None)
+            self.config = self.config.model_copy(
+                update={"route": tuple(r for r in self.config.route if r.name != name)}
+            )
+            self._release(name)
+            return committed
+
+    def _release(self, name: str) -> None:
+        """Close what a route held: its state producer, its settlements' tail, its lock."""
+        for held in self._held.pop(name, []):
+            if isinstance(held, DurableProducer):
+                self._producers.remove(held)
+                held.close()
+            elif isinstance(held, TopicTail):
+                self._tails.remove(held)
+                held.close()
+            elif isinstance(held, RouteLock):
+                self._locks.remove(held)
+                held.release()
+
+    def _settled(self, name: str, queries: list[StreamingQuery]) -> bool:
+        """Whether every batch of the route that was running has committed (the drain's
+        ``quiet``), and no batch is between the pause and its start (each query is between
+        batches, or held by the pause)."""
+        if not self.drain.quiet(str(q.name) for q in queries):
+            return False
+        running = 0
+        for query in queries:
+            try:
+                running += bool(query.status["isTriggerActive"])
+            except Exception:  # a query that ended has nothing running
+                continue
+        return running <= self.controls.held(name)
+
+    def _commit_last(self, query: StreamingQuery) -> dict[str, dict[int, int]]:
+        """Commit the group's offsets of a stopped query's last committed batch (the listener
+        may not have heard of it yet); what was committed, per topic."""
+        target = self._targets.get(str(query.name))
+        progress = query.lastProgress
+        if target is None or progress is None or self._admin is None:
+            return {}
+        out: dict[str, dict[int, int]] = {}
+        for source in progress.sources:
+            for topic in (target.topic, *target.more):
+                offsets = end_offsets(source.endOffset, topic)
+                if offsets:
+                    mark = positions.mark(f"batch={progress.batchId}")
+                    commit_offsets(self._admin, target.group, topic, offsets, metadata=mark)
+                    out[topic] = offsets
+        return out
+
     def request_drain(self) -> None:
         """Begin a draining stop (``run`` returns; then call ``drain_routes`` and ``stop``)."""
         if self.drain.begin():
@@ -336,7 +473,7 @@ class Application:
         """Block until a drain or a stop is asked (``request_drain``, ``stop_event``) or a query
         fails (``RouteFailed``)."""
         while not self.stop_event.is_set() and not self.drain.requested.wait(poll_s):
-            for query in self.queries:
+            for query in list(self.queries):
                 try:
                     active = query.isActive
                     error = None if active else query.exception()
@@ -344,7 +481,7 @@ class Application:
                     if self.stop_event.is_set():
                         return
                     raise RouteFailed(f"lost the Spark driver: {exc}") from exc
-                if not active:
+                if not active and query in self.queries:  # not a route being deleted
                     self.stop_event.set()
                     raise RouteFailed(f"{query.name} stopped: {_short(str(error))}")
 

@@ -130,6 +130,7 @@ class LaneBatchHandler:
             rdd.getNumPartitions(),
             self.parking.snapshot(),
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
+            registry_topic=self.controls.registry_topic,
             drain_file=self.drain.signal_file(self.route.name),
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()

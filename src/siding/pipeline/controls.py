@@ -23,6 +23,10 @@ from siding.config import RouteConfig
 from siding.errors import SidingError
 
 
+class RouteStopped(SidingError):
+    """A batch of a route being deleted ends here, before it started: nothing is committed."""
+
+
 class ControlError(SidingError):
     """A control call that cannot be done: ``status`` is the HTTP status to answer."""
 
@@ -38,15 +42,43 @@ class _State:
     breaker_epoch: int = 0
     max_in_flight: int | None = None
     rate_limit: float | None = None
+    held: int = 0
+    removed: bool = False
 
     def __post_init__(self) -> None:
         self.running.set()
 
 
 class RouteControls:
-    def __init__(self, routes: Mapping[str, RouteConfig] | None = None) -> None:
+    def __init__(
+        self, routes: Mapping[str, RouteConfig] | None = None, registry_topic: str = ""
+    ) -> None:
         self._lock = threading.Lock()
         self._states = {name: _State(route) for name, route in (routes or {}).items()}
+        # Where consumer instances join routes (docs/registration.md); every task is told.
+        self.registry_topic = registry_topic
+        self._removed: set[str] = set()
+
+    def add(self, route: RouteConfig) -> None:
+        """Control a route created at runtime."""
+        with self._lock:
+            self._states[route.name] = _State(route)
+            self._removed.discard(route.name)
+
+    def remove(self, name: str) -> None:
+        """The route is being deleted: a batch of it held by a pause, and any batch of it that
+        starts from now on, ends with ``RouteStopped`` (not started, so never committed)."""
+        with self._lock:
+            state = self._states.pop(name, None)
+            self._removed.add(name)
+        if state is not None:
+            state.removed = True
+            state.running.set()
+
+    def held(self, name: str) -> int:
+        """How many of the route's batch handlers are held by a pause right now."""
+        state = self._states.get(name)
+        return state.held if state is not None else 0
 
     def _state(self, name: str) -> _State:
         state = self._states.get(name)
@@ -123,10 +155,22 @@ class RouteControls:
         """Hold the calling batch handler while ``name`` is paused (or until ``stop``)."""
         state = self._states.get(name)
         if state is None:
+            if name in self._removed:
+                raise RouteStopped(f"route {name} was deleted: this batch was not started")
             return
-        while not state.running.wait(poll_s):
-            if stop.is_set():
-                return
+        if state.running.is_set():
+            return
+        with self._lock:
+            state.held += 1
+        try:
+            while not state.running.wait(poll_s):
+                if stop.is_set():
+                    return
+        finally:
+            with self._lock:
+                state.held -= 1
+        if state.removed:
+            raise RouteStopped(f"route {name} was deleted: this batch was not started")
 
 
 def _in_flight(route: RouteConfig, value: object) -> int:

@@ -149,6 +149,23 @@ class Drain:
         self._tallies = {name: RouteTally() for name in self._timeouts}
         self._dir: Path | None = None
 
+    def track(self, route: str, timeout_s: float, queries: Iterable[str]) -> None:
+        """A route made at runtime drains like the others (docs/registration.md)."""
+        with self._lock:
+            self._timeouts[route] = timeout_s
+            self._tallies.setdefault(route, RouteTally())
+            self._stopping.difference_update(queries)  # made again after it was deleted
+
+    def untrack(self, route: str, queries: Iterable[str]) -> None:
+        """A deleted route: its queries are stopped; nothing of it is waited for any more."""
+        with self._lock:
+            self._timeouts.pop(route, None)
+            self._tallies.pop(route, None)
+            for query in queries:
+                self._busy.pop(query, None)
+                self._completed.pop(query, None)
+                self._progressed.pop(query, None)
+
     # --- workers ---------------------------------------------------------------------------
 
     def open_signal(self) -> None:

@@ -89,6 +89,7 @@ class ParkBatchHandler:
             {},
             settlements=self.settlements.of(tokens),
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
+            registry_topic=self.controls.registry_topic,
         )
         where = f"route {self.route.name} park lane batch {batch_id}"
 

@@ -38,6 +38,8 @@ class TaskPlan:
     settlements: Mapping[str, Settlement] = field(default_factory=dict)
     # Grows each time an operator closes the route's breakers (siding.pipeline.controls).
     breaker_epoch: int = 0
+    # Where consumer instances that join the route are registered ("": none join it).
+    registry_topic: str = ""
     # A file that appears when a draining stop begins (siding.pipeline.drain); "" for none.
     drain_file: str = ""
 
@@ -99,6 +101,7 @@ def build_plan(
     *,
     settlements: Mapping[str, Settlement] | None = None,
     breaker_epoch: int = 0,
+    registry_topic: str = "",
     drain_file: str = "",
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
@@ -118,5 +121,6 @@ def build_plan(
         tasks=max(1, tasks),
         settlements=dict(settlements or {}),
         breaker_epoch=breaker_epoch,
+        registry_topic=registry_topic if route.takes_registrations else "",
         drain_file=drain_file,
     )

@@ -34,7 +34,7 @@ from siding.pipeline.keystate import ParkEvent
 from siding.pipeline.parked import Adoption
 from siding.pipeline.plan import TaskPlan
 from siding.pipeline.rows import Incoming, incoming, too_large
-from siding.pipeline.worker import runtime
+from siding.pipeline.worker import POOL, runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.producer import OutRecord
 from siding.routing.records import (
@@ -312,13 +312,24 @@ def deliver(
     """Dispatch ``work`` on the worker's loop; calls it parks go on running there and are
     settled when they answer. Parked calls still count against the endpoint's window."""
     rt = runtime()
-    endpoints = plan.route.endpoint
-    endpoint = endpoints[partition_id % len(endpoints)]
-    # The pool is sized for the whole route: the transport outlives this batch's task count.
-    transport, breaker, timer = rt.endpoint(
-        plan.route, endpoint, settings.breaker, plan.route.max_in_flight, plan.breaker_epoch
-    )
-    key = (plan.route.name, endpoint.url)
+    route = plan.route
+    # The connection pool is sized for the whole route: the transport outlives this batch.
+    if plan.registry_topic:
+        key = (route.name, POOL)
+        transport, breaker, timer = rt.pool(
+            route,
+            registry_topic=plan.registry_topic,
+            client_conf=plan.client_conf,
+            breaker=settings.breaker,
+            connections=route.max_in_flight,
+            breaker_epoch=plan.breaker_epoch,
+        )
+    else:
+        endpoint = route.endpoint[partition_id % len(route.endpoint)]
+        key = (route.name, endpoint.url)
+        transport, breaker, timer = rt.endpoint(
+            route, endpoint, settings.breaker, route.max_in_flight, plan.breaker_epoch
+        )
     running = rt.parked.count(key)
     if running:
         settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))

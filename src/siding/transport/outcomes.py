@@ -161,10 +161,24 @@ def outcome_from_timeout(deadline_s: float) -> Outcome:
     return Outcome(OutcomeKind.RETRY, f"deadline of {deadline_s:g}s exceeded", no_answer=True)
 
 
+UNREACHABLE = "endpoint unreachable"
+
+
 def outcome_from_connection_error(error: BaseException) -> Outcome:
     """The endpoint could not be reached at all: the breaker's business, not an attempt."""
     text = str(error) or type(error).__name__
-    return Outcome(OutcomeKind.BACKOFF, f"endpoint unreachable: {text}")
+    return Outcome(OutcomeKind.BACKOFF, f"{UNREACHABLE}: {text}")
+
+
+def never_reached(outcome: Outcome) -> bool:
+    """Whether a BACKOFF says the delivery never reached the consumer (refused, unreachable,
+    or still queued when the connection ended): sending it elsewhere cannot make a duplicate."""
+    if outcome.kind is not OutcomeKind.BACKOFF or outcome.lost:
+        return False
+    reason = outcome.reason
+    if reason.startswith(UNREACHABLE):
+        return True
+    return reason.startswith("grpc UNAVAILABLE") and never_connected(reason)
 
 
 def outcome_from_lost_connection(error: BaseException) -> Outcome:
