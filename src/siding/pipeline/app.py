@@ -34,6 +34,7 @@ from siding.pipeline.controls import RouteControls
 from siding.pipeline.drain import Drain, fields, quiet_py4j, summary
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
+from siding.pipeline.progress_store import ProgressStore
 from siding.pipeline.route_lock import RouteLock
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 # Settlements are short-lived: tombstones need not outlive an hour.
 _SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "3600000"}
+# Progress records are rewritten every few hundred ms under a few keys: compact often, so a
+# start reads little (docs/replay.md).
+_PROGRESS = {**_COMPACTED, "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
 # Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
 SIDE_LANE_TRIGGER_S = 0.5
 
@@ -143,6 +147,7 @@ class Application:
         self._held.setdefault(route.name, []).append(state_producer)
         topics = (route.topic, *naming.route_lane_topics(route))
         held = self._held_topics(route)
+        progress = self._progress_store(route)
         for lane, topic in enumerate(topics):
             name = naming.query_name(route.name, lane)
             more = held if lane == 0 else ()
@@ -158,6 +163,7 @@ class Application:
                 parallelism=self.spark.sparkContext.defaultParallelism,
                 controls=self.controls,
                 drain=self.drain,
+                progress=progress,
             )
             checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
                 route.name, lane
@@ -185,6 +191,17 @@ class Application:
                 route.group, naming.park_topic(route.name)
             )
             self._start_park_lane(route, partitions, state_producer)
+
+    def _progress_store(self, route: RouteConfig) -> ProgressStore | None:
+        """What earlier attempts of the route's batches made durable (docs/replay.md)."""
+        if route.progress_interval <= 0:
+            return None
+        tail = TopicTail(self.config.kafka.client_config(), naming.state_topic(route.name, "progress"))
+        self._tails.append(tail)
+        self._held.setdefault(route.name, []).append(tail)
+        store = ProgressStore(tail.topic, tail.read_new)
+        store.catch_up()
+        return store
 
     def _start_park_lane(
         self, route: RouteConfig, partitions: int, state_producer: DurableProducer
@@ -267,6 +284,8 @@ class Application:
         specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+        if route.progress_interval > 0:
+            specs.append(TopicSpec(naming.state_topic(route.name, "progress"), 1, _PROGRESS))
         if self._held_topics(route):
             specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))
         if route.parks or naming.park_topic(route.name) in present:
