@@ -1,4 +1,4 @@
-"""Replay after a crash (issue 13): duplicate deliveries when ``siding run`` is SIGKILLed mid-flight.
+"""Replay after a crash (issue 13): duplicates when ``siding run`` is SIGKILLed mid-flight.
 
     python -m bench.replay_bench --label before|after [--messages 3000] [--rate 100]
 

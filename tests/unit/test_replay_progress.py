@@ -42,7 +42,7 @@ TOPIC = "orders"
 
 
 def delivery(offset: int, key: bytes | None = None, topic: str = TOPIC) -> Delivery:
-    return Delivery(id=f"{topic}/0/{offset}", topic=topic, partition=0, offset=offset, key=key)
+    return Delivery(f"{topic}/0/{offset}", topic, 0, offset, key, b"v")
 
 
 @pytest.mark.parametrize(
@@ -115,9 +115,10 @@ UNORDERED_KNOWN = Known({(TOPIC, 0): ((0, 2),)}, {(TOPIC, 0): ((5, 6),)})
     [(0, True), (1, True), (2, False), (5, True), (6, False)],
 )
 def test_unordered_skips_records_acked_or_written(offset: int, skipped: bool) -> None:
-    assert skippable(
-        delivery(offset), UNORDERED_KNOWN, lane=0, ordering=Ordering.UNORDERED, parked={}
-    ) is skipped
+    assert (
+        skippable(delivery(offset), UNORDERED_KNOWN, lane=0, ordering=Ordering.UNORDERED, parked={})
+        is skipped
+    )
 
 
 PARKED_KEY = (0, b"parked")
@@ -257,10 +258,9 @@ def test_a_progress_write_that_fails_does_not_fail_the_task() -> None:
 
 
 def test_the_watched_transport_reports_acks_only() -> None:
-    seen: list[int] = []
-
     class Answers:
         async def send(self, d: Delivery, deadline_s: float) -> Outcome:
+            assert deadline_s == 1.0
             return Outcome(OutcomeKind.ACK if d.offset % 2 == 0 else OutcomeKind.RETRY)
 
         async def probe(self) -> bool:
@@ -269,9 +269,10 @@ def test_the_watched_transport_reports_acks_only() -> None:
         async def close(self) -> None:
             return None
 
-    plan = task_plan()
-    tracker = Tracker(plan.progress, 0, lambda _r: None)
-    tracker.acked = lambda d: seen.append(d.offset)  # type: ignore[method-assign]
+    plan = task_plan("key")  # key mode: the record holds ACKs only
+    written: list[OutRecord] = []
+    tracker = tracker_with(plan, written)
+    tracker.screen(plan, [Incoming(delivery(o)) for o in range(4)])
     watched = tracker.watch(Answers())
 
     async def send_all() -> None:
@@ -279,7 +280,8 @@ def test_the_watched_transport_reports_acks_only() -> None:
             await watched.send(delivery(offset), 1.0)
 
     asyncio.run(send_all())
-    assert seen == [0, 2]
+    tracker.written(plan)
+    assert [m.known.acked for m in marks(written)] == [{(TOPIC, 0): ((0, 1), (2, 3))}]
 
 
 def test_a_disabled_tracker_changes_nothing() -> None:
@@ -337,7 +339,11 @@ class ReplayWorld(World):
         task = key_plan(0, self.parking)
         items = incoming(rows, 0, HOLD)
         keep, _ = split(
-            [i.delivery for i in items], self.known, lane=0, ordering=Ordering.KEY, parked=task.parked
+            [i.delivery for i in items],
+            self.known,
+            lane=0,
+            ordering=Ordering.KEY,
+            parked=task.parked,
         )
         items = [items[i] for i in keep]
         later = waiting_in_hold(task, items, self.clock)
@@ -361,7 +367,9 @@ class ReplayWorld(World):
             self.known = self.known.union(Known(done_map(recorded)))
             self.held = held_before
             return False
-        self.held += requeued + [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
+        self.held += requeued + [
+            r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD
+        ]
         self.parking.apply(park_events(task, settled))
         self.known = Known()  # committed: the next batch starts without progress
         return True

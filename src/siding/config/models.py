@@ -294,7 +294,7 @@ class RouteConfig(BaseModel):
     def _progress_interval(cls, value: float) -> float:
         if value > MAX_PROGRESS_INTERVAL_S:
             raise ValueError(
-                f"must be at most {MAX_PROGRESS_INTERVAL_S:g}s (\"0s\" turns progress records off)"
+                f'must be at most {MAX_PROGRESS_INTERVAL_S:g}s ("0s" turns progress records off)'
             )
         return value
 

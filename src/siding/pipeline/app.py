@@ -196,7 +196,9 @@ class Application:
         """What earlier attempts of the route's batches made durable (docs/replay.md)."""
         if route.progress_interval <= 0:
             return None
-        tail = TopicTail(self.config.kafka.client_config(), naming.state_topic(route.name, "progress"))
+        tail = TopicTail(
+            self.config.kafka.client_config(), naming.state_topic(route.name, "progress")
+        )
         self._tails.append(tail)
         self._held.setdefault(route.name, []).append(tail)
         store = ProgressStore(tail.topic, tail.read_new)

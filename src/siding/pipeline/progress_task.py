@@ -163,7 +163,9 @@ class _Watched:
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
         outcome = await self._inner.send(delivery, deadline_s)
-        if outcome.kind is OutcomeKind.ACK:
+        # An ACK that asks for records to be written (consumer outputs) is not done before they
+        # are: the task's final record covers it, once its writes were acknowledged.
+        if outcome.kind is OutcomeKind.ACK and not getattr(outcome, "outputs", ()):
             self._on_ack(delivery)
         return outcome
 
