@@ -159,6 +159,11 @@ def kafka_families(routes: Sequence[str], kafka: KafkaFacts, now_ms: int) -> Ite
     dlq = GaugeMetricFamily(
         "siding_dlq_records", "Records in the route's dead-letter topic.", labels=["route"]
     )
+    in_flight = GaugeMetricFamily(
+        "siding_in_flight",
+        "Calls open at the consumers now, summed over every worker (parked calls included).",
+        labels=_LABELS,
+    )
     for route in routes:
         facts = kafka(route)
         if facts is None:
@@ -170,7 +175,12 @@ def kafka_families(routes: Sequence[str], kafka: KafkaFacts, now_ms: int) -> Ite
             if lane.next_due_ms is not None:
                 due.add_metric([route, lane.label], (lane.next_due_ms - now_ms) / 1000)
         dlq.add_metric([route], facts.dlq_size)
-    yield from (lag, backlog, due, dlq)
+        if facts.in_flight_at_ms:
+            open_now = dict(facts.in_flight)
+            # Every lane is shown, 0 included, so a dashboard sees the series go to 0.
+            for label in dict.fromkeys([naming.lane_label(0), *open_now]):
+                in_flight.add_metric([route, label], open_now.get(label, 0))
+    yield from (lag, backlog, due, dlq, in_flight)
 
 
 def metrics_registry(

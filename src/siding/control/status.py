@@ -95,6 +95,12 @@ def kafka_document(facts: RouteKafka) -> dict[str, Any]:
         "polled_at_ms": facts.polled_at_ms,
         "offered_per_s": None if facts.offered_per_s is None else round(facts.offered_per_s, 3),
         "error": facts.error,
+        # Calls open at the consumers now, summed over every worker (siding.pipeline.live).
+        "in_flight": {
+            "total": sum(n for _, n in facts.in_flight),
+            "by_lane": dict(facts.in_flight),
+            "at_ms": facts.in_flight_at_ms,
+        },
         "lag": sum(p.lag for p in facts.partitions),
         "partitions": [asdict(p) for p in partitions],
         "lanes": [asdict(lane) for lane in facts.lanes],

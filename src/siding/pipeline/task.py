@@ -48,6 +48,8 @@ from siding.transport.base import Transport
 
 _DUE_SLACK_MS = 1000
 DRAIN_POLL_S = 0.1
+# An in-flight report is best effort: it waits this long for Kafka, then the next one replaces it.
+LIVE_WRITE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,10 @@ def deliver(
         transport, breaker, timer = rt.endpoint(
             route, endpoint, settings.breaker, route.max_in_flight, plan.breaker_epoch
         )
+    if plan.live_topic:
+        transport = rt.live.counting(route.name, transport)
+        reports = rt.producer(plan.client_conf, use="live")
+        rt.live.report_to(route.name, plan.live_topic, lambda out: reports.write(out, LIVE_WRITE_S))
     running = rt.parked.count(key)
     if running:
         settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))
