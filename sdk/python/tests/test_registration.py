@@ -17,10 +17,12 @@ import pytest
 
 from siding_consumer import (
     ConsumerServer,
+    Delivery,
     Join,
     Registration,
     RegistrationError,
     RegistrationEvent,
+    Reply,
     ack,
 )
 from siding_consumer.registration import advertised, join_body, renew_every, retry_after
@@ -139,7 +141,11 @@ def test_pure_rules() -> None:
     assert advertised("0.0.0.0:50051", 50051).endswith(":50051")
     assert not advertised("0.0.0.0:50051", 50051).startswith("0.0.0.0")
     assert join_body("h:1", None, None) == {"address": "h:1"}
-    assert join_body("h:1/p", "http", 200) == {"address": "h:1/p", "transport": "http", "capacity": 200}
+    assert join_body("h:1/p", "http", 200) == {
+        "address": "h:1/p",
+        "transport": "http",
+        "capacity": 200,
+    }
 
 
 def test_joins_with_the_token_renews_every_third_of_the_lease_and_leaves_on_stop(
@@ -257,12 +263,16 @@ def test_the_token_is_never_logged_or_shown(
     assert TOKEN not in str(error.value)
 
 
+async def acks(_d: Delivery) -> Reply:
+    return ack()
+
+
 async def test_the_grpc_server_joins_once_it_listens_and_leaves_when_it_stops(
     fake: tuple[FakeSiding, str],
 ) -> None:
     siding, url = fake
     join = Join(url, ROUTE, TOKEN, capacity=7)
-    server = ConsumerServer(lambda _d: ack(), "127.0.0.1:0", join=join)
+    server = ConsumerServer(acks, "127.0.0.1:0", join=join)
     await server.start()
     assert server.registration is not None
     assert siding.of("POST")[0].body == {

@@ -11,6 +11,7 @@ is a mistake in the service's settings. The token is never logged, shown or put 
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -242,7 +243,7 @@ class Registration:
         except urllib.error.HTTPError as exc:
             status, answer = exc.code, _json(exc.read())
             exc.close()
-        except (OSError, ValueError) as exc:  # URLError, refused, reset, timeout; bad URL
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, reset, timeout
             raise _Unreachable(f"siding's control API cannot be reached: {_text(exc)}") from None
         if status >= 500:
             raise _Unreachable(f"siding answered {status}: {_reason(answer)}", status)
