@@ -179,6 +179,11 @@ func Register(ctx context.Context, j Join) (*Registration, error) {
 	return r, nil
 }
 
+// String describes r without its token.
+func (r *Registration) String() string {
+	return fmt.Sprintf("Registration{route %s, consumer %q}", r.join.Route, r.Consumer())
+}
+
 // Consumer is the id siding gave this instance ("" while not joined).
 func (r *Registration) Consumer() string {
 	r.mu.Lock()
