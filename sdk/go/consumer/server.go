@@ -166,7 +166,7 @@ func (s *Server) Stop() {
 	s.joined = nil
 	s.mu.Unlock()
 	if joined != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.grace)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := joined.Leave(ctx); err != nil {
 			s.opts.logger.Warn("leaving the route failed: its lease will lapse", "route", joined.join.Route, "err", err)
 		}
