@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from siding_consumer import Registration, RegistrationEvent
 
 from siding import naming
 from siding.config import SidingConfig, parse_config
@@ -31,6 +30,7 @@ from siding.devkit.wait import wait_until
 from siding.kafka.admin import committed_offsets
 from siding.kafka.reader import read_records as read_topic
 from siding.model import delivery_id
+from siding_consumer import Registration, RegistrationEvent
 from tests.conftest import unavailable
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ def call(url: str, method: str, token: str | None = None, body: object = None) -
 def trouble(events: list[RegistrationEvent]) -> list[RegistrationEvent]:
     """Answers from siding that were not a success: a lapsed lease (404), a refusal, a 5xx.
     Connection errors while siding restarts are not trouble."""
-    return [e for e in events if e.kind in ("lapsed", "refused") or e.status is not None
-            and e.kind == "unreachable"]  # fmt: skip
+    return [e for e in events if e.kind in ("lapsed", "refused") or (e.status is not None
+            and e.kind == "unreachable")]  # fmt: skip
 
 
 class NodeConsumer:

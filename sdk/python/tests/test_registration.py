@@ -109,7 +109,7 @@ def serve_fake(fake: FakeSiding) -> ThreadingHTTPServer:
 
         do_POST = do_PUT = do_DELETE = _any
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -159,7 +159,8 @@ def test_joins_with_the_token_renews_every_third_of_the_lease_and_leaves_on_stop
     )  # fmt: skip
     registration.start()
     consumer = registration.consumer
-    assert consumer is not None and siding.consumers == {consumer: "127.0.0.1:8080/hook"}
+    assert consumer is not None
+    assert siding.consumers == {consumer: "127.0.0.1:8080/hook"}
     started = time.monotonic()
     eventually(lambda: len(siding.of("PUT")) >= 3)
     assert time.monotonic() - started >= 2 * LEASE_S / 3  # not faster than every lease/3
@@ -187,7 +188,8 @@ def test_a_renewal_answered_404_joins_again(fake: tuple[FakeSiding, str]) -> Non
         eventually(lambda: reg.consumer not in (None, first))
         assert list(siding.consumers) == [reg.consumer]
     assert [e.kind for e in events] == ["joined", "lapsed", "joined", "left"]
-    assert events[1].status == 404 and events[1].consumer == first
+    assert events[1].status == 404
+    assert events[1].consumer == first
 
 
 def test_while_siding_is_away_it_backs_off_and_comes_back(fake: tuple[FakeSiding, str]) -> None:
@@ -212,7 +214,8 @@ def test_siding_not_there_at_start_does_not_stop_the_service(fake: tuple[FakeSid
     events: list[RegistrationEvent] = []
     reg = Registration(url, ROUTE, TOKEN, "127.0.0.1:50051", on_event=events.append)
     reg.start()  # does not raise
-    assert reg.consumer is None and events[0].kind == "unreachable"
+    assert reg.consumer is None
+    assert events[0].kind == "unreachable"
     siding.failing = None
     eventually(lambda: reg.consumer is not None, timeout_s=5)
     reg.stop()
@@ -223,11 +226,12 @@ def test_siding_not_there_at_start_does_not_stop_the_service(fake: tuple[FakeSid
     gone.start()
     gone.stop()
     assert [e.kind for e in nobody] == ["unreachable"]
-    assert nobody[0].status is None and "cannot be reached" in nobody[0].detail
+    assert nobody[0].status is None
+    assert "cannot be reached" in nobody[0].detail
 
 
 @pytest.mark.parametrize(
-    ("route", "token", "address", "status", "reason"),
+    "case",
     [
         (ROUTE, "wrong", "h:1", 403, "wrong token"),
         ("nope", TOKEN, "h:1", 404, "no such route: nope"),
@@ -235,9 +239,10 @@ def test_siding_not_there_at_start_does_not_stop_the_service(fake: tuple[FakeSid
     ],
 )
 def test_a_refused_first_join_raises_with_siding_s_reason(
-    fake: tuple[FakeSiding, str], route: str, token: str, address: str, status: int, reason: str
+    fake: tuple[FakeSiding, str], case: tuple[str, str, str, int, str]
 ) -> None:
     _, url = fake
+    route, token, address, status, reason = case
     with pytest.raises(RegistrationError) as error:
         Registration(url, route, token, address).start()
     assert error.value.status == status
@@ -256,7 +261,8 @@ def test_the_token_is_never_logged_or_shown(
     siding.failing = None
     reg.stop()
     shown = caplog.text + repr(reg) + repr(Join(url, ROUTE, TOKEN))
-    assert "joined" in caplog.text and "left" in caplog.text
+    assert "joined" in caplog.text
+    assert "left" in caplog.text
     assert TOKEN not in shown
     with pytest.raises(RegistrationError) as error:
         Registration(url, ROUTE, TOKEN + "x", "h:1").start()
@@ -282,4 +288,5 @@ async def test_the_grpc_server_joins_once_it_listens_and_leaves_when_it_stops(
     }
     assert list(siding.consumers.values()) == [server.target]
     await server.stop(0)
-    assert siding.consumers == {} and len(siding.of("DELETE")) == 1
+    assert siding.consumers == {}
+    assert len(siding.of("DELETE")) == 1

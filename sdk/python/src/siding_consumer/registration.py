@@ -142,6 +142,7 @@ class Registration:
         self._thread: threading.Thread | None = None
         self.consumer: str | None = None
         self.lease_s: float | None = None
+        self._failures = 0  # calls failed in a row; the renewing thread's after start
 
     def __repr__(self) -> str:
         return f"Registration(route={self.route!r}, consumer={self.consumer!r})"
@@ -159,6 +160,7 @@ class Registration:
         try:
             self._join()
         except _Unreachable as exc:
+            self._failures = 1
             self._event("unreachable", exc.status, str(exc))
         self._thread = threading.Thread(
             target=self._keep, name=f"siding-join-{self.route}", daemon=True
@@ -178,7 +180,7 @@ class Registration:
         except _Unreachable as exc:
             log.warning("leaving route %s: %s (the lease will lapse)", self.route, exc)
             return
-        if status == 200 or status == 404:
+        if status in {200, 404}:
             self._event("left", status, "", consumer)
         else:
             self._event("refused", status, _reason(answer), consumer)
@@ -196,19 +198,18 @@ class Registration:
         self.stop()
 
     def _keep(self) -> None:
-        failures = 0
         while not self._stopping.wait(
-            self.every_s if failures == 0 else retry_after(failures, self.every_s)
+            self.every_s if self._failures == 0 else retry_after(self._failures, self.every_s)
         ):
             try:
                 if self.consumer is None or not self._renew():
                     self._join()
-                failures = 0
+                self._failures = 0
             except _Unreachable as exc:
-                failures += 1
+                self._failures += 1
                 self._event("unreachable", exc.status, str(exc))
             except RegistrationError as exc:
-                failures += 1
+                self._failures += 1
                 self._event("refused", exc.status, str(exc))
 
     def _join(self) -> None:
