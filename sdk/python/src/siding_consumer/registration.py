@@ -91,7 +91,7 @@ def renew_every(lease_s: float) -> float:
 
 def retry_after(failures: int, every_s: float) -> float:
     """The wait after ``failures`` failed calls in a row: 0.5 s, doubling, at most ``every_s``."""
-    return min(every_s, FIRST_RETRY_S * 2 ** max(0, failures - 1))
+    return min(every_s, FIRST_RETRY_S * 2.0 ** max(0, failures - 1))
 
 
 def advertised(listen: str, port: int) -> str:
