@@ -17,6 +17,8 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * One instance's place on one siding route (docs/registration.md): {@link #start()} joins with the
@@ -35,7 +37,7 @@ import java.util.function.Consumer;
  * Or let a server join for itself: {@code ConsumerServer.builder(h).join(Registration.builder(...))}.
  */
 public final class Registration implements AutoCloseable {
-  private static final System.Logger LOG = System.getLogger(Registration.class.getName());
+  private static final Logger LOG = Logger.getLogger(Registration.class.getName());
   private static final Duration FIRST_RETRY = Duration.ofMillis(500);
   private static final Duration NO_LEASE_EVERY = Duration.ofSeconds(5);
 
@@ -197,7 +199,7 @@ public final class Registration implements AutoCloseable {
         event(RegistrationEvent.Kind.REFUSED, answer.status, answer.reason(), id);
       }
     } catch (Unreachable e) {
-      LOG.log(System.Logger.Level.WARNING, "leaving route " + route + ": " + e.getMessage() + " (the lease will lapse)");
+      LOG.log(Level.WARNING, "leaving route " + route + ": " + e.getMessage() + " (the lease will lapse)");
     }
   }
 
@@ -308,10 +310,10 @@ public final class Registration implements AutoCloseable {
 
   private void event(RegistrationEvent.Kind kind, int status, String detail, String id) {
     RegistrationEvent event = new RegistrationEvent(kind, route, id != null ? id : consumer(), status, detail);
-    System.Logger.Level level =
+    Level level =
         kind == RegistrationEvent.Kind.JOINED || kind == RegistrationEvent.Kind.LEFT
-            ? System.Logger.Level.INFO
-            : System.Logger.Level.WARNING;
+            ? Level.INFO
+            : Level.WARNING;
     LOG.log(level, "route " + route + ", consumer " + event.consumer() + ": "
         + kind.name().toLowerCase(java.util.Locale.ROOT) + (detail.isEmpty() ? "" : " (" + detail + ")"));
     if (onEvent != null) {

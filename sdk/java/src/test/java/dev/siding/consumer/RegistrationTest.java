@@ -22,6 +22,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.function.BooleanSupplier;
 import java.util.logging.Handler;
+import java.util.logging.Level;
 import java.util.logging.LogRecord;
 import java.util.logging.Logger;
 import java.util.stream.Collectors;
@@ -299,6 +300,9 @@ class RegistrationTest {
       @Override
       public void close() {}
     };
+    Level before = jul.getLevel();
+    jul.setLevel(Level.ALL); // the tests' logging.properties keeps only SEVERE
+    jul.setUseParentHandlers(false);
     jul.addHandler(capture);
     try {
       Registration.Builder builder = join("127.0.0.1:50051");
@@ -314,6 +318,8 @@ class RegistrationTest {
       assertFalse(shown.contains(TOKEN), shown);
     } finally {
       jul.removeHandler(capture);
+      jul.setUseParentHandlers(true);
+      jul.setLevel(before);
     }
   }
 
