@@ -88,6 +88,18 @@ const (
 	noLeaseEvery = 5 * time.Second
 )
 
+// joinBody is what POST /routes/<route>/consumers carries for j.
+func joinBody(j Join) map[string]any {
+	body := map[string]any{"address": j.Address}
+	if j.Transport != "" {
+		body["transport"] = j.Transport
+	}
+	if j.Capacity != 0 {
+		body["capacity"] = j.Capacity
+	}
+	return body
+}
+
 // RenewEvery is how often a lease is renewed: three times per lease.
 func RenewEvery(lease time.Duration) time.Duration { return lease / 3 }
 
@@ -141,14 +153,7 @@ func Register(ctx context.Context, j Join) (*Registration, error) {
 	if j.Token == "" {
 		return nil, fmt.Errorf("joining route %s needs its registration token", j.Route)
 	}
-	body := map[string]any{"address": j.Address}
-	if j.Transport != "" {
-		body["transport"] = j.Transport
-	}
-	if j.Capacity != 0 {
-		body["capacity"] = j.Capacity
-	}
-	raw, err := json.Marshal(body)
+	raw, err := json.Marshal(joinBody(j))
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -198,6 +199,38 @@ func TestRegistrationRules(t *testing.T) {
 	}
 	if s := fmt.Sprint(Join{ControlURL: "http://x", Route: joinRoute, Token: joinToken}); strings.Contains(s, joinToken) {
 		t.Errorf("a Join prints its token: %s", s)
+	}
+}
+
+func TestTheJoinBodiesAreTheSharedVectors(t *testing.T) {
+	raw, err := os.ReadFile("../../testdata/join-requests.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vectors struct {
+		Cases []struct {
+			Address   string         `json:"address"`
+			Transport *string        `json:"transport"`
+			Capacity  *int           `json:"capacity"`
+			Body      map[string]any `json:"body"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &vectors); err != nil || len(vectors.Cases) == 0 {
+		t.Fatalf("vectors: %v", err)
+	}
+	for _, c := range vectors.Cases {
+		j := Join{Address: c.Address}
+		if c.Transport != nil {
+			j.Transport = *c.Transport
+		}
+		if c.Capacity != nil {
+			j.Capacity = *c.Capacity
+		}
+		got, _ := json.Marshal(joinBody(j))
+		want, _ := json.Marshal(c.Body)
+		if string(got) != string(want) {
+			t.Errorf("join body %s, want %s", got, want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@
 // does (docs/registration.md, "The calls"): join, renew every lease/3, join again on 404, back
 // off while siding is away, leave on stop, the token in every call and in no log.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import http from "node:http";
 import { inspect } from "node:util";
 import { afterEach, beforeEach, describe, it } from "node:test";
@@ -80,6 +81,12 @@ describe("the pure rules", () => {
     assert.ok(!advertised("0.0.0.0:50051", 50051).startsWith("0.0.0.0"));
     assert.deepEqual(joinBody("h:1"), { address: "h:1" });
     assert.deepEqual(joinBody("h:1/p", "http", 200), { address: "h:1/p", transport: "http", capacity: 200 });
+  });
+
+  it("sends the join bodies of the shared vectors (sdk/testdata, read by siding's own code)", () => {
+    const { cases } = JSON.parse(readFileSync(new URL("../../testdata/join-requests.json", import.meta.url), "utf8"));
+    assert.ok(cases.length > 0);
+    for (const c of cases) assert.deepEqual(joinBody(c.address, c.transport ?? undefined, c.capacity ?? undefined), c.body);
   });
 });
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -146,6 +147,12 @@ def test_pure_rules() -> None:
         "transport": "http",
         "capacity": 200,
     }
+
+
+def test_the_join_bodies_are_the_shared_vectors() -> None:
+    vectors = Path(__file__).resolve().parents[2] / "testdata" / "join-requests.json"
+    for case in json.loads(vectors.read_text())["cases"]:
+        assert join_body(case["address"], case["transport"], case["capacity"]) == case["body"]
 
 
 def test_joins_with_the_token_renews_every_third_of_the_lease_and_leaves_on_stop(

@@ -192,6 +192,20 @@ class RegistrationTest {
   }
 
   @Test
+  void theJoinBodiesAreTheSharedVectors() throws IOException {
+    String text = java.nio.file.Files.readString(java.nio.file.Path.of("../testdata/join-requests.json"));
+    List<?> cases = (List<?>) ((Map<?, ?>) Json.parse(text)).get("cases");
+    assertFalse(cases.isEmpty());
+    for (Object item : cases) {
+      Map<?, ?> c = (Map<?, ?>) item;
+      Long capacity = (Long) c.get("capacity");
+      Map<String, Object> body = Registration.joinBody(
+          (String) c.get("address"), (String) c.get("transport"), capacity == null ? null : capacity.intValue());
+      assertEquals(Json.write(c.get("body")), Json.write(body));
+    }
+  }
+
+  @Test
   void joinsWithTheTokenRenewsEveryThirdOfTheLeaseAndLeavesOnStop() throws Exception {
     Registration reg = join("127.0.0.1:8080/hook").transport("http").capacity(50).build().start();
     String id = reg.consumer();
