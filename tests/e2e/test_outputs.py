@@ -1,0 +1,230 @@
+"""Consumers answer with events (issue 17 part 2, docs/outputs.md): a real `siding run`, a real
+broker and the Python SDK's gRPC server answering each message with two output records into an
+allowed topic, and some messages with a third into a topic the route does not allow.
+
+One run is killed with SIGKILL after some outputs were written and before their inputs were
+committed, then started again: no input is left without its outputs, every copy of an output is
+the one the consumer sent (binary-exact, its id header included), and the refused answers end in
+the DLQ with their reason, none of their outputs produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from siding.config import parse_config
+from siding.devkit.broker import EmbeddedKafka
+from siding.devkit.harness import PipelineRun, config_text
+from siding.devkit.sim_produce import new_producer
+from siding.devkit.wait import wait_until
+from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
+from siding.kafka.reader import Record, read_records
+from siding.model import delivery_id
+from siding.routing.outputs import OUTPUT_ID
+from siding_consumer import ConsumerServer, Delivery, Output, Reply, ack
+
+COUNT = 30
+FORBIDDEN = {5, 17}  # answered with a third output into a topic the route does not allow
+SLOW = COUNT - 1  # its first call holds its batch open while the other tasks' outputs are written
+SLOW_S = 8.0
+ALL_BYTES = bytes(range(256))
+_ENTRY = "from siding.cli.main import main; main()"
+
+
+def outputs_for(seq: int, allowed: str) -> list[Output]:
+    """What the consumer answers for input ``seq``: binary keys, values and header values."""
+    tag = seq.to_bytes(2, "big")
+    return [
+        Output(
+            allowed,
+            key=b"\x00" + tag + bytes([n]),
+            value=ALL_BYTES + tag + bytes([n]),
+            headers=(("n", bytes([n, 0, 255])), ("empty", b""), ("n", tag)),
+        )
+        for n in range(2)
+    ]
+
+
+class Consumer:
+    """The SDK's gRPC server on a thread of its own: remembers every delivery it answered."""
+
+    def __init__(self, allowed: str, forbidden: str) -> None:
+        self.allowed, self.forbidden = allowed, forbidden
+        self.seen: list[tuple[int, int]] = []  # (seq, attempt)
+        self.slow_running = threading.Event()
+        self._slow_done = False
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        self._ready = threading.Event()
+        self.target = ""
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._serve(),))
+
+    async def handle(self, d: Delivery) -> Reply:
+        seq = int((d.key or b"").decode())
+        with self._lock:
+            self.seen.append((seq, d.attempt))
+            slow = seq == SLOW and not self._slow_done
+        if slow:
+            self.slow_running.set()
+            await asyncio.sleep(SLOW_S)
+            self._slow_done = True
+        outputs = outputs_for(seq, self.allowed)
+        if seq in FORBIDDEN:
+            outputs.append(Output(self.forbidden, value=b"not allowed"))
+        return ack(outputs)
+
+    async def _serve(self) -> None:
+        async with ConsumerServer(self.handle, "127.0.0.1:0", grace_s=1) as server:
+            self.target = server.target
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> Consumer:
+        self._thread.start()
+        self._ready.wait(30)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+@pytest.fixture
+def consumer(topic_name: Callable[[str], str]) -> Iterator[Consumer]:
+    with Consumer(topic_name("billed"), topic_name("secret")) as running:
+        yield running
+
+
+def by_output_id(records: list[Record]) -> dict[str, list[Record]]:
+    found: dict[str, list[Record]] = defaultdict(list)
+    for record in records:
+        found[dict(record.headers)[OUTPUT_ID].decode()].append(record)
+    return found
+
+
+def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_sigkill(
+    kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str], consumer: Consumer
+) -> None:
+    # Given 30 messages waiting (one batch, split over four tasks) and topics for the outputs
+    source = topic_name("src")
+    client = {"bootstrap.servers": kafka.bootstrap}
+    ensure_topics(
+        admin_client(client),
+        [TopicSpec(source), TopicSpec(consumer.allowed), TopicSpec(consumer.forbidden)],
+    )
+    producer = new_producer(kafka.bootstrap)
+    for seq in range(COUNT):
+        producer.produce(source, key=str(seq).encode(), value=b"order %d" % seq)
+    assert producer.flush(30) == 0
+    name = source[-80:]
+    route = {
+        "name": name,
+        "topic": source,
+        "group": f"{source}-group",
+        "endpoint": f"grpc://{consumer.target}",
+        "outputs": [consumer.allowed],
+        "deadline": "20s",
+        "lanes": [{"delay": "300ms"}],
+        "min_partitions": 4,
+        "park": {"enabled": False},  # the slow call holds its batch: the window for the kill
+        "dlq_flood_min_batch": 1_000_000,
+    }
+    text = config_text(kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", trigger="0s")
+    config = tmp_path / "siding.toml"
+    config.write_text(text)
+    watcher = PipelineRun(parse_config(text))  # reads offsets and topics; never started
+    log = tmp_path / "siding.log"
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-c", _ENTRY, "run", "-c", str(config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=dict(os.environ),
+            )
+
+    def written() -> dict[str, list[Record]]:
+        return by_output_id(read_records(client, consumer.allowed))
+
+    # When siding is killed while the slow call holds the batch, after other tasks wrote outputs
+    proc = start()
+    try:
+        wait_until(
+            lambda: consumer.slow_running.is_set() and len(written()) >= 2,
+            timeout_s=180,
+            what="outputs written while the batch is still open",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    before_kill = written()
+    # Then the kill fell between output and commit: outputs exist for inputs not committed
+    committed = watcher.committed().get(0, -1)
+    inputs = {int(dict(r.headers)["siding.input-offset"]) for c in before_kill.values() for r in c}
+    assert inputs and max(inputs) >= committed, (inputs, committed)
+
+    # When siding starts again and finishes the work
+    proc = start()
+    try:
+        watcher.wait_committed({0: COUNT}, timeout_s=180)
+        wait_until(
+            lambda: {d.story.origin.offset for d in watcher.dead_letters() if d.story}
+            == FORBIDDEN,
+            timeout_s=60,
+            what="the refused answers dead-lettered",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(90)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+
+    # Then every allowed input has both its outputs, every copy exactly as the consumer sent it
+    produced = written()
+    allowed_seqs = [s for s in range(COUNT) if s not in FORBIDDEN]
+    expected_ids = {f"{delivery_id(source, 0, s)}/{n}" for s in allowed_seqs for n in range(2)}
+    assert set(produced) == expected_ids
+    for seq in allowed_seqs:
+        for n, output in enumerate(outputs_for(seq, consumer.allowed)):
+            for copy in produced[f"{delivery_id(source, 0, seq)}/{n}"]:
+                assert (copy.key, copy.value) == (output.key, output.value)
+                assert copy.headers == (
+                    *output.headers,
+                    (OUTPUT_ID, f"{delivery_id(source, 0, seq)}/{n}".encode()),
+                    ("siding.input-topic", source.encode()),
+                    ("siding.input-partition", b"0"),
+                    ("siding.input-offset", str(seq).encode()),
+                    ("siding.output-route", name.encode()),
+                )
+    # The outputs written before the kill were written again only as copies with the same id
+    assert set(before_kill) <= expected_ids
+    # Nothing of a refused answer was produced; each was asked again, then dead-lettered with
+    # the reason naming the topic
+    assert not read_records(client, consumer.forbidden)
+    attempts: dict[int, set[int]] = defaultdict(set)
+    for seq, attempt in consumer.seen:
+        attempts[seq].add(attempt)
+    assert all(attempts[s] == {1, 2} for s in FORBIDDEN), attempts
+    for letter in watcher.dead_letters():
+        assert letter.story is not None
+        assert "retries exhausted after 2 attempts" in letter.story.reason
+        assert f"writes to '{consumer.forbidden}', not among the route's outputs" in (
+            letter.story.reason
+        )
+    duplicated = sum(len(copies) - 1 for copies in produced.values())
+    print(f"outputs: {len(produced)} ids, {duplicated} duplicate copies after the kill")
