@@ -1,6 +1,7 @@
 """Consumers answer with events (issue 17 part 2, docs/outputs.md): a real `siding run`, a real
 broker and the Python SDK's gRPC server answering each message with two output records into an
-allowed topic, and some messages with a third into a topic the route does not allow.
+allowed topic, and some messages with a third into a topic the route does not allow; beside it a
+second route whose webhook consumer answers with outputs in its 2xx JSON body (the SDK's answer).
 
 One run is killed with SIGKILL after some outputs were written and before their inputs were
 committed, then started again: no input is left without its outputs, every copy of an output is
@@ -22,19 +23,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun, config_text
 from siding.devkit.sim_produce import new_producer
 from siding.devkit.wait import wait_until
-from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
+from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensure_topics
 from siding.kafka.reader import Record, read_records
 from siding.model import delivery_id
 from siding.routing.outputs import OUTPUT_ID
 from siding_consumer import ConsumerServer, Delivery, Output, Reply, ack
+from siding_consumer.envelope import delivery_from_request, single_answer
 
 COUNT = 30
+HOOKED = 10  # messages of the webhook route
 FORBIDDEN = {5, 17}  # answered with a third output into a topic the route does not allow
 SLOW = COUNT - 1  # its first call holds its batch open while the other tasks' outputs are written
 SLOW_S = 8.0
@@ -69,6 +73,7 @@ class Consumer:
         self._stop = asyncio.Event()
         self._ready = threading.Event()
         self.target = ""
+        self.webhook = ""
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._serve(),))
 
     async def handle(self, d: Delivery) -> Reply:
@@ -85,15 +90,32 @@ class Consumer:
             outputs.append(Output(self.forbidden, value=b"not allowed"))
         return ack(outputs)
 
+    async def hook(self, request: web.Request) -> web.StreamResponse:
+        """The webhook route: the same outputs, answered as the SDK's webhook app does."""
+        d = delivery_from_request(dict(request.headers), await request.read())
+        answer = single_answer(ack(outputs_for(int((d.key or b"").decode()), self.allowed)))
+        return web.Response(status=answer.status, headers=dict(answer.headers), body=answer.body)
+
     async def _serve(self) -> None:
-        async with ConsumerServer(self.handle, "127.0.0.1:0", grace_s=1) as server:
-            self.target = server.target
-            self._ready.set()
-            await self._stop.wait()
+        app = web.Application()
+        app.router.add_post("/hook", self.hook)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, port = runner.addresses[0][:2]
+        self.webhook = f"http://{host}:{port}/hook"
+        try:
+            async with ConsumerServer(self.handle, "127.0.0.1:0", grace_s=1) as server:
+                self.target = server.target
+                self._ready.set()
+                await self._stop.wait()
+        finally:
+            await runner.cleanup()
 
     def __enter__(self) -> Consumer:
         self._thread.start()
         self._ready.wait(30)
+        assert self.target and self.webhook, "the consumer servers did not start"
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -118,15 +140,17 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str], consumer: Consumer
 ) -> None:
     # Given 30 messages waiting (one batch, split over four tasks) and topics for the outputs
-    source = topic_name("src")
+    source, hooked = topic_name("src"), topic_name("hooked")
     client = {"bootstrap.servers": kafka.bootstrap}
     ensure_topics(
         admin_client(client),
-        [TopicSpec(source), TopicSpec(consumer.allowed), TopicSpec(consumer.forbidden)],
+        [TopicSpec(t) for t in (source, hooked, consumer.allowed, consumer.forbidden)],
     )
     producer = new_producer(kafka.bootstrap)
     for seq in range(COUNT):
         producer.produce(source, key=str(seq).encode(), value=b"order %d" % seq)
+    for seq in range(HOOKED):
+        producer.produce(hooked, key=str(seq).encode(), value=b"hooked %d" % seq)
     assert producer.flush(30) == 0
     name = source[-80:]
     route = {
@@ -141,7 +165,16 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
         "park": {"enabled": False},  # the slow call holds its batch: the window for the kill
         "dlq_flood_min_batch": 1_000_000,
     }
+    webhook_route = {
+        "name": hooked[-80:],
+        "topic": hooked,
+        "group": f"{hooked}-group",
+        "endpoint": consumer.webhook,
+        "outputs": [consumer.allowed],
+    }
     text = config_text(kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", trigger="0s")
+    second = config_text(kafka.bootstrap, webhook_route, checkpoint_dir=tmp_path / "ckpt")
+    text += second[second.index("[[route]]") :]
     config = tmp_path / "siding.toml"
     config.write_text(text)
     watcher = PipelineRun(parse_config(text))  # reads offsets and topics; never started
@@ -164,7 +197,8 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     proc = start()
     try:
         wait_until(
-            lambda: consumer.slow_running.is_set() and len(written()) >= 2,
+            lambda: consumer.slow_running.is_set()
+            and any(i.startswith(f"{source}/") for i in written()),
             timeout_s=180,
             what="outputs written while the batch is still open",
         )
@@ -176,13 +210,23 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     before_kill = written()
     # Then the kill fell between output and commit: outputs exist for inputs not committed
     committed = watcher.committed().get(0, -1)
-    inputs = {int(dict(r.headers)["siding.input-offset"]) for c in before_kill.values() for r in c}
-    assert inputs and max(inputs) >= committed, (inputs, committed)
+    offsets = {
+        int(dict(r.headers)["siding.input-offset"])
+        for copies in before_kill.values()
+        for r in copies
+        if dict(r.headers)["siding.input-topic"] == source.encode()
+    }
+    assert offsets and max(offsets) >= committed, (offsets, committed)
 
     # When siding starts again and finishes the work
     proc = start()
     try:
         watcher.wait_committed({0: COUNT}, timeout_s=180)
+        wait_until(
+            lambda: committed_offsets(client, f"{hooked}-group", hooked).get(0, -1) >= HOOKED,
+            timeout_s=60,
+            what="the webhook route committed",
+        )
         wait_until(
             lambda: {d.story.origin.offset for d in watcher.dead_letters() if d.story}
             == FORBIDDEN,
@@ -197,19 +241,21 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     # Then every allowed input has both its outputs, every copy exactly as the consumer sent it
     produced = written()
     allowed_seqs = [s for s in range(COUNT) if s not in FORBIDDEN]
-    expected_ids = {f"{delivery_id(source, 0, s)}/{n}" for s in allowed_seqs for n in range(2)}
+    inputs = [(source, s, name) for s in allowed_seqs]
+    inputs += [(hooked, s, webhook_route["name"]) for s in range(HOOKED)]
+    expected_ids = {f"{delivery_id(t, 0, s)}/{n}" for t, s, _ in inputs for n in range(2)}
     assert set(produced) == expected_ids
-    for seq in allowed_seqs:
+    for topic, seq, route_name in inputs:
         for n, output in enumerate(outputs_for(seq, consumer.allowed)):
-            for copy in produced[f"{delivery_id(source, 0, seq)}/{n}"]:
+            for copy in produced[f"{delivery_id(topic, 0, seq)}/{n}"]:
                 assert (copy.key, copy.value) == (output.key, output.value)
                 assert copy.headers == (
                     *output.headers,
-                    (OUTPUT_ID, f"{delivery_id(source, 0, seq)}/{n}".encode()),
-                    ("siding.input-topic", source.encode()),
+                    (OUTPUT_ID, f"{delivery_id(topic, 0, seq)}/{n}".encode()),
+                    ("siding.input-topic", topic.encode()),
                     ("siding.input-partition", b"0"),
                     ("siding.input-offset", str(seq).encode()),
-                    ("siding.output-route", name.encode()),
+                    ("siding.output-route", str(route_name).encode()),
                 )
     # The outputs written before the kill were written again only as copies with the same id
     assert set(before_kill) <= expected_ids
