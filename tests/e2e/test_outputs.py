@@ -81,10 +81,10 @@ class Consumer:
         with self._lock:
             self.seen.append((seq, d.attempt))
             slow = seq == SLOW and not self._slow_done
+            self._slow_done = self._slow_done or slow  # slow the first time only
         if slow:
             self.slow_running.set()
             await asyncio.sleep(SLOW_S)
-            self._slow_done = True
         outputs = outputs_for(seq, self.allowed)
         if seq in FORBIDDEN:
             outputs.append(Output(self.forbidden, value=b"not allowed"))
