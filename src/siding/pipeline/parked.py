@@ -1,10 +1,10 @@
 """Calls that outlived their batch, kept running in the worker until they answer (executor side).
 
 Each answer becomes a settlement record in the route's ``settled`` state topic, written
-durably, after the answer's outputs (docs/outputs.md); the park lane finishes the parked record
-from it. If the worker dies first, no
-settlement is written and the park lane delivers the record again once it is due: nothing is
-lost, and a crash is the only way to a second delivery (docs/parking.md).
+durably after the answer's outputs (docs/outputs.md); the park lane finishes the parked record
+from it. If the worker dies first, no settlement is written and the park lane delivers the
+record again once it is due: nothing is lost, and a crash is the only way to a second delivery
+(docs/parking.md).
 """
 
 from __future__ import annotations
