@@ -136,25 +136,19 @@ def by_output_id(records: list[Record]) -> dict[str, list[Record]]:
     return found
 
 
-def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_sigkill(
-    kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str], consumer: Consumer
-) -> None:
-    # Given 30 messages waiting (one batch, split over four tasks) and topics for the outputs
-    source, hooked = topic_name("src"), topic_name("hooked")
-    client = {"bootstrap.servers": kafka.bootstrap}
-    ensure_topics(
-        admin_client(client),
-        [TopicSpec(t) for t in (source, hooked, consumer.allowed, consumer.forbidden)],
-    )
-    producer = new_producer(kafka.bootstrap)
+def _produce(bootstrap: str, source: str, hooked: str) -> None:
+    producer = new_producer(bootstrap)
     for seq in range(COUNT):
         producer.produce(source, key=str(seq).encode(), value=b"order %d" % seq)
     for seq in range(HOOKED):
         producer.produce(hooked, key=str(seq).encode(), value=b"hooked %d" % seq)
     assert producer.flush(30) == 0
-    name = source[-80:]
-    route = {
-        "name": name,
+
+
+def _config(bootstrap: str, source: str, hooked: str, consumer: Consumer, ckpt: Path) -> str:
+    """Two routes: the gRPC one (retry lane, no parking, four tasks) and the webhook one."""
+    grpc_route = {
+        "name": source[-80:],
         "topic": source,
         "group": f"{source}-group",
         "endpoint": f"grpc://{consumer.target}",
@@ -172,9 +166,56 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
         "endpoint": consumer.webhook,
         "outputs": [consumer.allowed],
     }
-    text = config_text(kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", trigger="0s")
-    second = config_text(kafka.bootstrap, webhook_route, checkpoint_dir=tmp_path / "ckpt")
-    text += second[second.index("[[route]]") :]
+    text = config_text(bootstrap, grpc_route, checkpoint_dir=ckpt, trigger="0s")
+    second = config_text(bootstrap, webhook_route, checkpoint_dir=ckpt)
+    return text + second[second.index("[[route]]") :]
+
+
+def _assert_exact(
+    produced: dict[str, list[Record]], inputs: list[tuple[str, int]], allowed: str
+) -> None:
+    """Every copy of every output is the consumer's record, then siding's five headers."""
+    for topic, seq in inputs:
+        for n, output in enumerate(outputs_for(seq, allowed)):
+            for copy in produced[f"{delivery_id(topic, 0, seq)}/{n}"]:
+                assert (copy.key, copy.value) == (output.key, output.value)
+                assert copy.headers == (
+                    *output.headers,
+                    (OUTPUT_ID, f"{delivery_id(topic, 0, seq)}/{n}".encode()),
+                    ("siding.input-topic", topic.encode()),
+                    ("siding.input-partition", b"0"),
+                    ("siding.input-offset", str(seq).encode()),
+                    ("siding.output-route", topic[-80:].encode()),
+                )
+
+
+def _assert_refused(watcher: PipelineRun, consumer: Consumer, client: dict[str, str]) -> None:
+    assert not read_records(client, consumer.forbidden)
+    attempts: dict[int, set[int]] = defaultdict(set)
+    for seq, attempt in consumer.seen:
+        attempts[seq].add(attempt)
+    assert all(attempts[s] == {1, 2} for s in FORBIDDEN), attempts
+    for letter in watcher.dead_letters():
+        assert letter.story is not None
+        assert "retries exhausted after 2 attempts" in letter.story.reason
+        assert f"writes to '{consumer.forbidden}', not among the route's outputs" in (
+            letter.story.reason
+        )
+
+
+def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_sigkill(
+    kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str], consumer: Consumer
+) -> None:
+    # Given 30 messages waiting (one batch, split over four tasks), 10 for the webhook route,
+    # and topics for the outputs
+    source, hooked = topic_name("src"), topic_name("hooked")
+    client = {"bootstrap.servers": kafka.bootstrap}
+    ensure_topics(
+        admin_client(client),
+        [TopicSpec(t) for t in (source, hooked, consumer.allowed, consumer.forbidden)],
+    )
+    _produce(kafka.bootstrap, source, hooked)
+    text = _config(kafka.bootstrap, source, hooked, consumer, tmp_path / "ckpt")
     config = tmp_path / "siding.toml"
     config.write_text(text)
     watcher = PipelineRun(parse_config(text))  # reads offsets and topics; never started
@@ -197,8 +238,10 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     proc = start()
     try:
         wait_until(
-            lambda: consumer.slow_running.is_set()
-            and any(i.startswith(f"{source}/") for i in written()),
+            lambda: (
+                consumer.slow_running.is_set()
+                and any(i.startswith(f"{source}/") for i in written())
+            ),
             timeout_s=180,
             what="outputs written while the batch is still open",
         )
@@ -228,8 +271,7 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
             what="the webhook route committed",
         )
         wait_until(
-            lambda: {d.story.origin.offset for d in watcher.dead_letters() if d.story}
-            == FORBIDDEN,
+            lambda: {d.story.origin.offset for d in watcher.dead_letters() if d.story} == FORBIDDEN,
             timeout_s=60,
             what="the refused answers dead-lettered",
         )
@@ -240,37 +282,15 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
 
     # Then every allowed input has both its outputs, every copy exactly as the consumer sent it
     produced = written()
-    allowed_seqs = [s for s in range(COUNT) if s not in FORBIDDEN]
-    inputs = [(source, s, name) for s in allowed_seqs]
-    inputs += [(hooked, s, webhook_route["name"]) for s in range(HOOKED)]
-    expected_ids = {f"{delivery_id(t, 0, s)}/{n}" for t, s, _ in inputs for n in range(2)}
+    inputs = [(source, s) for s in range(COUNT) if s not in FORBIDDEN]
+    inputs += [(hooked, s) for s in range(HOOKED)]
+    expected_ids = {f"{delivery_id(t, 0, s)}/{n}" for t, s in inputs for n in range(2)}
     assert set(produced) == expected_ids
-    for topic, seq, route_name in inputs:
-        for n, output in enumerate(outputs_for(seq, consumer.allowed)):
-            for copy in produced[f"{delivery_id(topic, 0, seq)}/{n}"]:
-                assert (copy.key, copy.value) == (output.key, output.value)
-                assert copy.headers == (
-                    *output.headers,
-                    (OUTPUT_ID, f"{delivery_id(topic, 0, seq)}/{n}".encode()),
-                    ("siding.input-topic", topic.encode()),
-                    ("siding.input-partition", b"0"),
-                    ("siding.input-offset", str(seq).encode()),
-                    ("siding.output-route", str(route_name).encode()),
-                )
+    _assert_exact(produced, inputs, consumer.allowed)
     # The outputs written before the kill were written again only as copies with the same id
     assert set(before_kill) <= expected_ids
     # Nothing of a refused answer was produced; each was asked again, then dead-lettered with
     # the reason naming the topic
-    assert not read_records(client, consumer.forbidden)
-    attempts: dict[int, set[int]] = defaultdict(set)
-    for seq, attempt in consumer.seen:
-        attempts[seq].add(attempt)
-    assert all(attempts[s] == {1, 2} for s in FORBIDDEN), attempts
-    for letter in watcher.dead_letters():
-        assert letter.story is not None
-        assert "retries exhausted after 2 attempts" in letter.story.reason
-        assert f"writes to '{consumer.forbidden}', not among the route's outputs" in (
-            letter.story.reason
-        )
+    _assert_refused(watcher, consumer, client)
     duplicated = sum(len(copies) - 1 for copies in produced.values())
     print(f"outputs: {len(produced)} ids, {duplicated} duplicate copies after the kill")

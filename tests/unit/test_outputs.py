@@ -148,7 +148,11 @@ def test_a_task_writes_a_finished_records_outputs_and_counts_them() -> None:
         Settled(Work(other), ToLane(1, 2, 5_000, "later")),
     ]
     out = route_out(plan, settled, {}, 1_000)
-    assert [r.topic for r in out] == ["orders.billed", "orders.billed", naming.lane_topic("billing", 1)]
+    assert [r.topic for r in out] == [
+        "orders.billed",
+        "orders.billed",
+        naming.lane_topic("billing", 1),
+    ]
     assert tally(settled).outputs == 2
 
 
@@ -168,9 +172,7 @@ def test_the_route_names_the_topics_it_may_write() -> None:
 
 
 def test_a_settlement_says_how_many_outputs_were_written_before_it() -> None:
-    record = settlement.settlement_record(
-        "s", settlement.Settlement("tok", ACK, 5, outputs=2)
-    )
+    record = settlement.settlement_record("s", settlement.Settlement("tok", ACK, 5, outputs=2))
     assert record.key is not None and record.value is not None
     assert settlement.decode(record.key, record.value).outputs == 2
 

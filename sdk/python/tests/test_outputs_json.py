@@ -25,10 +25,16 @@ def test_outputs_travel_byte_for_byte_through_json() -> None:
         ({"topic": "t"}, "results\\[2\\].outputs is not a list"),
         (["t"], "results\\[2\\].outputs\\[0\\] is not an object"),
         ([{"value_base64": "AA=="}], "outputs\\[0\\].topic is missing"),
-        ([{"topic": "t", "value_base64": "not base64!"}], "outputs\\[0\\].value_base64 is not valid"),
+        (
+            [{"topic": "t", "value_base64": "not base64!"}],
+            "outputs\\[0\\].value_base64 is not valid",
+        ),
         ([{"topic": "t", "key_base64": 7}], "outputs\\[0\\].key_base64 is not a base64 string"),
         ([{"topic": "t", "headers": {}}], "outputs\\[0\\].headers is not a list"),
-        ([{"topic": "t", "headers": [{"key": "h"}]}], "headers\\[0\\].value_base64 is not a base64"),
+        (
+            [{"topic": "t", "headers": [{"key": "h"}]}],
+            "headers\\[0\\].value_base64 is not a base64",
+        ),
     ],
 )
 def test_a_bad_output_is_named(value: object, message: str) -> None:
