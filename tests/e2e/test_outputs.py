@@ -41,7 +41,7 @@ COUNT = 30
 HOOKED = 10  # messages of the webhook route
 FORBIDDEN = {5, 17}  # answered with a third output into a topic the route does not allow
 SLOW = COUNT - 1  # its first call holds its batch open while the other tasks' outputs are written
-SLOW_S = 8.0
+SLOW_CAP_S = 15.0  # ... until the test has killed siding, at most this long
 ALL_BYTES = bytes(range(256))
 _ENTRY = "from siding.cli.main import main; main()"
 
@@ -67,6 +67,7 @@ class Consumer:
         self.allowed, self.forbidden = allowed, forbidden
         self.seen: list[tuple[int, int]] = []  # (seq, attempt)
         self.slow_running = threading.Event()
+        self.release = threading.Event()
         self._slow_done = False
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -84,7 +85,11 @@ class Consumer:
             self._slow_done = self._slow_done or slow  # slow the first time only
         if slow:
             self.slow_running.set()
-            await asyncio.sleep(SLOW_S)
+            for _ in range(int(SLOW_CAP_S / 0.05)):
+                if self.release.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            self.slow_running.clear()
         outputs = outputs_for(seq, self.allowed)
         if seq in FORBIDDEN:
             outputs.append(Output(self.forbidden, value=b"not allowed"))
@@ -165,8 +170,9 @@ def _config(bootstrap: str, source: str, hooked: str, consumer: Consumer, ckpt: 
         "group": f"{hooked}-group",
         "endpoint": consumer.webhook,
         "outputs": [consumer.allowed],
+        "park": {"enabled": False},  # one query less
     }
-    text = config_text(bootstrap, grpc_route, checkpoint_dir=ckpt, trigger="0s")
+    text = config_text(bootstrap, grpc_route, checkpoint_dir=ckpt, trigger="250ms")
     second = config_text(bootstrap, webhook_route, checkpoint_dir=ckpt)
     return text + second[second.index("[[route]]") :]
 
@@ -238,9 +244,11 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     proc = start()
     try:
         wait_until(
+            # outputs first: seen while the slow call still holds the batch, they were written
+            # before its commit, and the slow call holds it until the kill
             lambda: (
-                consumer.slow_running.is_set()
-                and any(i.startswith(f"{source}/") for i in written())
+                any(i.startswith(f"{source}/") for i in written())
+                and consumer.slow_running.is_set()
             ),
             timeout_s=180,
             what="outputs written while the batch is still open",
@@ -249,6 +257,7 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        consumer.release.set()
     assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
     before_kill = written()
     # Then the kill fell between output and commit: outputs exist for inputs not committed
