@@ -21,6 +21,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from aiohttp import web
@@ -36,6 +37,9 @@ from siding.model import delivery_id
 from siding.routing.outputs import OUTPUT_ID
 from siding_consumer import ConsumerServer, Delivery, Output, Reply, ack
 from siding_consumer.envelope import delivery_from_request, single_answer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 COUNT = 30
 HOOKED = 10  # messages of the webhook route
@@ -210,7 +214,11 @@ def _assert_refused(watcher: PipelineRun, consumer: Consumer, client: dict[str, 
 
 
 def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_sigkill(
-    kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str], consumer: Consumer
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    consumer: Consumer,
 ) -> None:
     # Given 30 messages waiting (one batch, split over four tasks), 10 for the webhook route,
     # and topics for the outputs
@@ -240,7 +248,8 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     def written() -> dict[str, list[Record]]:
         return by_output_id(read_records(client, consumer.allowed))
 
-    # When siding is killed while the slow call holds the batch, after other tasks wrote outputs
+    # When `siding run` is killed while the slow call holds the batch, after other tasks wrote
+    # outputs
     proc = start()
     try:
         wait_until(
@@ -270,27 +279,27 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     }
     assert offsets and max(offsets) >= committed, (offsets, committed)
 
-    # When siding starts again and finishes the work
-    proc = start()
-    try:
-        watcher.wait_committed({0: COUNT}, timeout_s=180)
+    # When siding starts again (in this process, on the tests' Spark session) and finishes
+    with PipelineRun(parse_config(text), spark=spark) as run:
+        run.wait_committed({0: COUNT}, timeout_s=180)
         wait_until(
             lambda: committed_offsets(client, f"{hooked}-group", hooked).get(0, -1) >= HOOKED,
             timeout_s=60,
             what="the webhook route committed",
+            check=run.check,
         )
         wait_until(
-            lambda: {d.story.origin.offset for d in watcher.dead_letters() if d.story} == FORBIDDEN,
+            lambda: {d.story.origin.offset for d in run.dead_letters() if d.story} == FORBIDDEN,
             timeout_s=60,
             what="the refused answers dead-lettered",
+            check=run.check,
         )
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(90)
-    assert proc.returncode == 0, log.read_text()[-3000:]
+        counted = run.totals.outputs
 
     # Then every allowed input has both its outputs, every copy exactly as the consumer sent it
     produced = written()
+    copies = sum(len(c) for c in produced.values()) - sum(len(c) for c in before_kill.values())
+    assert counted == copies  # every output the restarted run wrote was counted, once
     inputs = [(source, s) for s in range(COUNT) if s not in FORBIDDEN]
     inputs += [(hooked, s) for s in range(HOOKED)]
     expected_ids = {f"{delivery_id(t, 0, s)}/{n}" for t, s in inputs for n in range(2)}
