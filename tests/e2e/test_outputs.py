@@ -313,4 +313,7 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
     # the reason naming the topic
     _assert_refused(watcher, consumer, client)
     duplicated = sum(len(copies) - 1 for copies in produced.values())
-    print(f"outputs: {len(produced)} ids, {duplicated} duplicate copies after the kill")
+    print(
+        f"outputs: {len(produced)} ids, {duplicated} duplicate copies after the kill;"
+        f" the restarted run counted {counted} of the {copies} copies written since the kill"
+    )
