@@ -34,6 +34,7 @@ from siding.devkit.wait import wait_until
 from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensure_topics
 from siding.kafka.reader import Record, read_records
 from siding.model import delivery_id
+from siding.pipeline.app import Application, RouteFailed
 from siding.routing.outputs import OUTPUT_ID
 from siding_consumer import ConsumerServer, Delivery, Output, Reply, ack
 from siding_consumer.envelope import delivery_from_request, single_answer
@@ -317,3 +318,22 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
         f"outputs: {len(produced)} ids, {duplicated} duplicate copies after the kill;"
         f" the restarted run counted {counted} of the {copies} copies written since the kill"
     )
+
+
+def test_a_route_whose_output_topic_does_not_exist_does_not_start(
+    kafka: EmbeddedKafka, tmp_path: Path, topic_name: Callable[[str], str]
+) -> None:
+    # Given a route listing an output topic nobody created (siding does not create them)
+    source, nowhere = topic_name("src"), topic_name("nowhere")
+    ensure_topics(admin_client({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(source)])
+    route = {
+        "name": source[-80:],
+        "topic": source,
+        "group": f"{source}-group",
+        "endpoint": "grpc://127.0.0.1:1",
+        "outputs": [nowhere],
+    }
+    text = config_text(kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt")
+    # Then it does not start, and says which topic is missing (before any Spark is started)
+    with pytest.raises(RouteFailed, match=f"output topic\\(s\\) {nowhere} do not exist"):
+        Application(parse_config(text)).start()
