@@ -55,6 +55,12 @@ class SnapshotCollector(Collector):
             labels=[*_LABELS, "outcome"],
         )
         batches = CounterMetricFamily("siding_batches", "Micro-batches completed.", labels=_LABELS)
+        outputs = CounterMetricFamily(
+            "siding_outputs",
+            "Output records produced for consumers' answers (docs/outputs.md), counted when"
+            " their input is done.",
+            labels=_LABELS,
+        )
         sends = CounterMetricFamily("siding_sends", "Deliveries sent to consumers.", labels=_LABELS)
         answers = CounterMetricFamily(
             "siding_answers", "Consumer answers by kind.", labels=[*_LABELS, "kind"]
@@ -106,6 +112,7 @@ class SnapshotCollector(Collector):
             for outcome, n in _outcomes(lane).items():
                 records.add_metric([*labels, outcome], n)
             batches.add_metric(labels, lane.batches)
+            outputs.add_metric(labels, lane.outputs)
             sends.add_metric(labels, lane.sends)
             for kind, n in lane.outcomes.items():
                 answers.add_metric([*labels, kind.value], n)
@@ -126,7 +133,7 @@ class SnapshotCollector(Collector):
             for state in BreakerState:
                 breaker.add_metric([*labels, state.value], 1.0 if lane.breaker is state else 0.0)
         yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch)
-        yield from (suspects, isolations, convictions, holdouts, breaker)
+        yield from (suspects, isolations, convictions, holdouts, breaker, outputs)
         up = GaugeMetricFamily(
             "siding_query_up",
             "1 while the streaming query (a route's lane) runs, 0 once it stopped (see /status).",

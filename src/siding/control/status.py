@@ -53,6 +53,7 @@ def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any
         "to_dlq": metrics.to_dlq,
         "parked": metrics.parked,
         "held": metrics.held,
+        "outputs": metrics.outputs,
         "batches": metrics.batches,
         "rate_per_s": round(rate, 3),
         "last_batch_s": round(metrics.last_batch_s, 3),
@@ -132,6 +133,7 @@ def status_document(
             "name": route,
             "delivered": sum(lane["acked"] for lane in lanes),
             "dead_lettered": sum(lane["to_dlq"] for lane in lanes),
+            "outputs": sum(lane["outputs"] for lane in lanes),
             "lanes": lanes,
         }
         facts = kafka(route) if kafka is not None else None

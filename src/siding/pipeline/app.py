@@ -275,6 +275,11 @@ class Application:
         if route.parks or naming.park_topic(route.name) in present:
             specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
             specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
+        if missing := [t for t in route.outputs if t not in present]:
+            raise RouteFailed(
+                f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
+                " (siding does not create output topics: docs/outputs.md)"
+            )
         ensure_topics(admin, specs)
         return partitions
 

@@ -76,6 +76,7 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
             ceiling_s=route.park.ceiling,
         ),
         crash_limit=route.crash_limit,
+        outputs=route.outputs,
     )
 
 
