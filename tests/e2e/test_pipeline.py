@@ -267,7 +267,7 @@ def test_key_mode_keeps_each_keys_order_even_through_retries(
         assert seqs == sorted(seqs), f"key k{key} out of order: {seqs}"
 
 
-def test_endpoint_down_for_20s_dead_letters_nothing(
+def test_endpoint_down_for_10s_dead_letters_nothing(
     kafka: EmbeddedKafka,
     spark: SparkSession,
     tmp_path: Path,
@@ -282,15 +282,15 @@ def test_endpoint_down_for_20s_dead_letters_nothing(
     route = _route(topic, f"grpc://{sim.target}", deadline="2s", lanes=[{"delay": "1s"}])
     with _run(kafka, spark, tmp_path, route) as run:
         run.wait_committed({0: 100})
-        # When the consumer goes away for 20 s while messages keep coming
+        # When the consumer goes away for 10 s (5 deadlines) while messages keep coming
         sim.stop()
         producer = threading.Thread(
             target=produce,
             args=(kafka.bootstrap, topic, count - 100),
-            kwargs={"rate": 50.0, "start_seq": 100},
+            kwargs={"rate": 50.0, "start_seq": 100},  # 10 s of traffic
         )
         producer.start()
-        time.sleep(20)  # the outage itself is the scenario, not a wait for a result
+        time.sleep(10)  # the outage itself is the scenario, not a wait for a result
         down_offsets = run.committed()
         sim.start()
         producer.join()

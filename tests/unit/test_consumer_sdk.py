@@ -1,4 +1,5 @@
-"""The consumer SDK: replies, exceptions, both calls, concurrency, health and graceful stop."""
+"""The consumer SDK as siding re-exports it, against siding's own gRPC transports: exceptions
+over the wire, concurrency, graceful stop, a busy port, SIGTERM."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from siding.consumer import ConsumerServer, DeadLetter, Reply, ack, dead, retry
-from siding.consumer.reply import reply_for_exception, reply_for_return
+from siding.consumer.reply import reply_for_exception
 from siding.errors import SidingError
 from siding.model import Delivery, OutcomeKind, Verdict
 from siding.transport.grpc_stream import GrpcStreamTransport
@@ -26,33 +27,20 @@ def delivery(n: int, key: bytes | None = None) -> Delivery:
     return Delivery(f"orders/0/{n}", "orders", 0, n, key=key, value=b"v")
 
 
-# --- replies (pure) ---------------------------------------------------------------------------
+# --- the re-exports (the replies themselves are tested in sdk/python/tests) ---------------------
 
 
-def test_reply_builders() -> None:
-    assert ack() == Reply(Verdict.ACK)
-    assert retry(2.5, "busy") == Reply(Verdict.RETRY, 2.5, "busy")
-    assert dead("poison") == Reply(Verdict.DEAD, None, "poison")
-    with pytest.raises(ValueError, match="after_s"):
-        retry(after_s=-1)
+def test_siding_consumer_is_the_thin_sdk() -> None:
+    import siding_consumer
 
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (DeadLetter("bad schema"), Reply(Verdict.DEAD, None, "bad schema")),
-        (ValueError("db down"), Reply(Verdict.RETRY, None, "db down")),
-        (KeyError(), Reply(Verdict.RETRY, None, "KeyError")),
-    ],
-)
-def test_exceptions_become_replies(error: Exception, expected: Reply) -> None:
-    assert reply_for_exception(error) == expected
-
-
-def test_a_handler_returning_something_else_is_a_retry_not_an_ack() -> None:
-    reply = reply_for_return(None)
-    assert reply.verdict is Verdict.RETRY
-    assert "NoneType" in reply.reason
+    assert ConsumerServer is siding_consumer.ConsumerServer
+    assert (ack, dead, retry, DeadLetter) == (
+        siding_consumer.ack,
+        siding_consumer.dead,
+        siding_consumer.retry,
+        siding_consumer.DeadLetter,
+    )
+    assert reply_for_exception(DeadLetter("x")) == Reply(Verdict.DEAD, None, "x")
 
 
 # --- over the wire ----------------------------------------------------------------------------

@@ -231,6 +231,8 @@ class RouteConfig(BaseModel):
     max_offsets_per_trigger: Count = Field(default=10000, ge=1)
     lanes: tuple[LaneConfig, ...] = Field(default=(), max_length=MAX_LANES)
     dlq: str | None = None
+    # Topics the consumer may answer with records for (docs/outputs.md).
+    outputs: tuple[str, ...] = ()
     max_retry_after: Duration = 600.0
     max_message_bytes: Count | None = Field(default=None, ge=1)
     crash_limit: Count = Field(default=3, ge=1)
@@ -276,6 +278,21 @@ class RouteConfig(BaseModel):
             )
         return value
 
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for topic in value:
+            if not is_legal_topic_name(topic):
+                raise ValueError(
+                    f"{topic!r} is not a legal Kafka topic name:"
+                    f" 1-{TOPIC_NAME_MAX} characters of [a-zA-Z0-9._-]"
+                )
+            if topic.startswith("siding."):
+                raise ValueError(f"{topic!r} is one of siding's own topics (siding.*)")
+        if len(set(value)) < len(value):
+            raise ValueError("a topic is listed twice")
+        return value
+
     @field_validator("endpoint", mode="before")
     @classmethod
     def _endpoints(cls, value: Any) -> Any:
@@ -309,6 +326,8 @@ class RouteConfig(BaseModel):
     def _consistent(self) -> RouteConfig:
         if self.dlq == self.topic:
             raise Problem(("dlq",), "the DLQ must not be the source topic")
+        if self.dlq is not None and self.dlq in self.outputs:
+            raise Problem(("outputs",), f"{self.dlq!r} is the route's DLQ")
         if self.adaptive.min_in_flight > self.max_in_flight:
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         if not self.endpoint:

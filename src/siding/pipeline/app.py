@@ -58,6 +58,8 @@ _SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "36000
 # Progress records are rewritten every few hundred ms under a few keys: compact often, so a
 # start reads little (docs/replay.md).
 _PROGRESS = {**_COMPACTED, "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
+# Workers' in-flight reports (siding.pipeline.live): only the last hour's are of any use.
+_LIVE = {"cleanup.policy": "compact,delete", "retention.ms": "3600000", "segment.ms": "600000"}
 # Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
 SIDE_LANE_TRIGGER_S = 0.5
 
@@ -288,11 +290,17 @@ class Application:
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
         if route.progress_interval > 0:
             specs.append(TopicSpec(naming.state_topic(route.name, "progress"), 1, _PROGRESS))
+        specs.append(TopicSpec(naming.state_topic(route.name, naming.LIVE), 1, _LIVE))
         if self._held_topics(route):
             specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))
         if route.parks or naming.park_topic(route.name) in present:
             specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
             specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
+        if missing := [t for t in route.outputs if t not in present]:
+            raise RouteFailed(
+                f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
+                " (siding does not create output topics: docs/outputs.md)"
+            )
         ensure_topics(admin, specs)
         return partitions
 

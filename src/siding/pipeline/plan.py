@@ -45,6 +45,8 @@ class TaskPlan:
     drain_file: str = ""
     # Where tasks record what they made durable, and what earlier attempts did (docs/replay.md).
     progress: ProgressPlan | None = None
+    # Where the workers report their calls in flight now (siding.pipeline.live); "" for nowhere.
+    live_topic: str = ""
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -77,6 +79,7 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
             ceiling_s=route.park.ceiling,
         ),
         crash_limit=route.crash_limit,
+        outputs=route.outputs,
     )
 
 
@@ -128,4 +131,5 @@ def build_plan(
         registry_topic=registry_topic if route.takes_registrations else "",
         drain_file=drain_file,
         progress=progress,
+        live_topic=naming.state_topic(route.name, naming.LIVE),
     )

@@ -165,7 +165,7 @@ class _Watched:
         outcome = await self._inner.send(delivery, deadline_s)
         # An ACK that asks for records to be written (consumer outputs) is not done before they
         # are: the task's final record covers it, once its writes were acknowledged.
-        if outcome.kind is OutcomeKind.ACK and not getattr(outcome, "outputs", ()):
+        if outcome.kind is OutcomeKind.ACK and not outcome.outputs:
             self._on_ack(delivery)
         return outcome
 

@@ -37,6 +37,7 @@ from siding.pipeline.progress_task import Tracker, begin
 from siding.pipeline.rows import Incoming, incoming, too_large
 from siding.pipeline.worker import POOL, runtime
 from siding.policy import Done, ToDlq, ToLane
+from siding.routing.outputs import output_records
 from siding.routing.producer import OutRecord
 from siding.routing.records import (
     dlq_record,
@@ -49,6 +50,8 @@ from siding.transport.base import Transport
 
 _DUE_SLACK_MS = 1000
 DRAIN_POLL_S = 0.1
+# An in-flight report is best effort: it waits this long for Kafka, then the next one replaces it.
+LIVE_WRITE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class TaskResult:
     running_parked: tuple[tuple[str, int], ...] = ()
     # A replayed batch: records left out because an earlier attempt made them durable.
     skipped: int = 0
+    # Output records produced for the records this task finished (docs/outputs.md).
+    outputs: int = 0
 
 
 def route_out(
@@ -82,7 +87,10 @@ def route_out(
     for item in settled:
         delivery, step = item.work.delivery, item.step
         before = hops.get(delivery.id, ())
-        if isinstance(step, ToLane):
+        if isinstance(step, Done):
+            # Written with the lane records, acknowledged before the task returns (outputs.md).
+            out += output_records(delivery, step.outputs, plan.route.name)
+        elif isinstance(step, ToLane):
             out.append(
                 lane_record(
                     delivery,
@@ -313,6 +321,7 @@ def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
         to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
         to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
         held=sum(1 for s in settled if isinstance(s.step, Held)),
+        outputs=sum(len(s.step.outputs) for s in settled if isinstance(s.step, Done)),
         pid=os.getpid(),
         host=socket.gethostname(),
         **extra,
@@ -350,6 +359,10 @@ def deliver(
         )
     if watch is not None:
         transport = watch(transport)
+    if plan.live_topic:
+        transport = rt.live.counting(route.name, transport)
+        reports = rt.producer(plan.client_conf, use="live")
+        rt.live.report_to(route.name, plan.live_topic, lambda out: reports.write(out, LIVE_WRITE_S))
     running = rt.parked.count(key)
     if running:
         settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))
@@ -366,7 +379,7 @@ def deliver(
     )
     if report.parked:
         writer = rt.producer(plan.client_conf, use="settlements").write
-        adoption = Adoption(key, plan.settle_topic, timer, breaker, writer)
+        adoption = Adoption(key, plan.settle_topic, timer, breaker, writer, route.name)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
 
