@@ -176,7 +176,7 @@ def _table(view: RouteOffsets, plan: Plan, *, moving: bool) -> Table:
     where = str(view.query_dir)
     if view.position is not None and view.position.batch >= 0:
         where += f" (batch {view.position.batch})"
-    title = f"route {route.name}: topic {view.topic}, group {route.group}\ncheckpoint {where}"
+    title = f"route {route.name}: topic {view.source}, group {route.group}\ncheckpoint {where}"
     table = Table(title=title, title_justify="left")
     for header in ("partition", "checkpoint", "group", "log start", "log end"):
         table.add_column(header, justify="right")
@@ -220,7 +220,7 @@ def _json(view: RouteOffsets, plan: Plan) -> dict[str, object]:
     position = view.position
     return {
         "route": view.route.name,
-        "topic": view.topic,
+        "topic": view.source,
         "group": view.route.group,
         "checkpoint": str(view.query_dir),
         "batch": position.batch if position is not None and position.batch >= 0 else None,

@@ -192,8 +192,9 @@ def total(ranges: Mapping[TopicPartition, tuple[int, int]]) -> int:
 def remaining(
     ranges: Mapping[TopicPartition, tuple[int, int]], done: Mapping[TopicPartition, int]
 ) -> int:
-    return sum(end - max(start, done.get(tp, start)) for tp, (start, end) in ranges.items()
-               if done.get(tp, start) < end)  # fmt: skip
+    """Offsets still to read once ``done`` (the next offset of each partition) is done."""
+    left = (end - max(start, done.get(tp, start)) for tp, (start, end) in ranges.items())
+    return sum(max(0, n) for n in left)
 
 
 def rate_and_eta(read: int, seconds: float, left: int) -> tuple[float | None, float | None]:

@@ -70,8 +70,13 @@ class RouteOffsets:
     group: Mapping[int, Committed]
     running: str | None
     pending_move: bool
-    # The source topic looked at (a route with several is looked at one topic at a time).
+    # The source topic looked at (a route with several is looked at one topic at a time);
+    # empty: the route's only topic.
     topic: str = ""
+
+    @property
+    def source(self) -> str:
+        return self.topic or self.route.single_topic or ""
 
     @property
     def query_dir(self) -> Path:
@@ -81,7 +86,7 @@ class RouteOffsets:
     def checkpoint(self) -> dict[int, int] | None:
         if self.position is None:
             return None
-        return dict(self.position.offsets.get(self.topic, {}))
+        return dict(self.position.offsets.get(self.source, {}))
 
 
 def source_topics(config: SidingConfig, route: RouteConfig) -> tuple[str, ...]:
@@ -173,13 +178,13 @@ def prepare(view: RouteOffsets, new: Mapping[int, int], mark: str) -> Move:
         aside = None
         if view.query_dir.exists():
             aside = f"{MAIN}.set-aside-{time.strftime('%Y%m%dT%H%M%S')}"
-        return Move(route.group, view.topic, dict(new), mark, set_aside=aside)
+        return Move(route.group, view.source, dict(new), mark, set_aside=aside)
     entry = offset_log.OffsetEntry(
         offset_log.latest_entry(view.query_dir).metadata, view.position.offsets
-    ).moved(view.topic, dict(new))
+    ).moved(view.source, dict(new))
     return Move(
         route.group,
-        view.topic,
+        view.source,
         dict(new),
         mark,
         batch=view.position.next_batch,
@@ -253,7 +258,7 @@ def _event(
         by=who(),
         command=command,
         route=view.route.name,
-        topic=view.topic,
+        topic=view.source,
         group=view.route.group,
         checkpoint=str(view.query_dir),
         batch=move.batch,
@@ -299,7 +304,7 @@ def reset(
         view = look(config, route, locked=execute, topic=topic)
         by_time: Mapping[int, int | None] = {}
         if target.kind == "datetime":
-            by_time = offsets_at(client_conf, view.topic, sorted(view.extents), target.at_ms)
+            by_time = offsets_at(client_conf, view.source, sorted(view.extents), target.at_ms)
         chosen = positions.targets(target, view.extents, by_time)
         planned = positions.plan(view.extents, view.checkpoint, view.group, chosen)
         if not execute or not planned.moves:
@@ -376,7 +381,7 @@ def _reconcile_topic(
 
 def _on_topic(view: RouteOffsets) -> str:
     """`` of topic T`` for a route that reads several topics, else nothing."""
-    return "" if view.route.single_topic is not None else f" of topic {view.topic}"
+    return "" if view.route.single_topic is not None else f" of topic {view.source}"
 
 
 def _adopt(
