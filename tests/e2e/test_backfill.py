@@ -111,6 +111,7 @@ def test_a_backfill_delivers_the_range_once_and_resumes_where_it_stopped(
         resumed = run_backfill(config, name, again_start, again_end, spark=spark)
     finally:
         loop_thread.run(server.stop(0))
+
     # Then the consumer saw exactly offsets 10..29, once each, with the original delivery ids
     def offsets(ids: list[str]) -> list[int]:
         return sorted(int(i.rsplit("/", 1)[1]) for i in ids)

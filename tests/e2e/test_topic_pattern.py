@@ -97,9 +97,7 @@ def test_a_pattern_route_reads_matching_topics_and_one_created_while_it_runs(
         with run:
             # When the route has read both topics
             def origins() -> set[str]:
-                return {
-                    letter.story.origin.topic for letter in run.dead_letters() if letter.story
-                }
+                return {letter.story.origin.topic for letter in run.dead_letters() if letter.story}
 
             wait_until(
                 lambda: {first, second} <= origins(),
@@ -136,7 +134,9 @@ def test_a_pattern_route_reads_matching_topics_and_one_created_while_it_runs(
         (s.origin.topic, s.origin.offset, s.route) for s in (x.story for x in letters) if s
     )
     assert told == [(t, 1, route["name"]) for t in sorted((first, second, later))]
-    assert all(letter.value == letter.story.origin.topic.encode() for letter in letters if letter.story)
+    assert all(
+        letter.value == letter.story.origin.topic.encode() for letter in letters if letter.story
+    )
     # And the group committed each matching topic's offsets, the other topic's not at all
     assert sum(committed[first].values()) == sum(committed[second].values()) == 2
     assert sum(committed[later].values()) == 2

@@ -80,7 +80,7 @@ def test_times_resolve_through_the_offsets_kafka_finds_for_them() -> None:
 
 
 def test_offsets_outside_the_log_or_of_unknown_partitions_are_refused() -> None:
-    with pytest.raises(BackfillError, match="t partition 0 holds 5..100, not 2"):
+    with pytest.raises(BackfillError, match=r"t partition 0 holds 5\.\.100, not 2"):
         resolve(parse("0:2"), parse("latest"), EXTENTS, {})
     with pytest.raises(BackfillError, match="t has no partition 7"):
         check_partitions(parse("7:1"), EXTENTS)

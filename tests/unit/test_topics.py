@@ -138,7 +138,10 @@ def test_two_routes_with_the_same_group_must_not_share_a_topic(one: str, two: st
 
 
 def test_the_same_topics_with_another_group_are_another_route() -> None:
-    text = _config('name = "r1"\ngroup = "g"\ntopics = ["a", "b"]', 'name = "r2"\ngroup = "h"\ntopic_pattern = "a|b"')
+    text = _config(
+        'name = "r1"\ngroup = "g"\ntopics = ["a", "b"]',
+        'name = "r2"\ngroup = "h"\ntopic_pattern = "a|b"',
+    )
     assert [r.name for r in parse_config(text, env={}).route] == ["r1", "r2"]
 
 
@@ -215,9 +218,9 @@ def test_the_sources_at_start_exist_and_a_pattern_never_reads_sidings_own_topics
         _check_sources(route, {"a": 1})
     pattern = _route('topic_pattern = "o-.*|siding[.]r[.]retry-3"', 'lanes = [{ delay = "1s" }] ')
     assert _check_sources(pattern, {"o-2": 1, "o-1": 2, "x": 1}) == ("o-1", "o-2")
-    with pytest.raises(RouteFailed, match="no topic matches topic_pattern 'o-.\\*' yet"):
+    with pytest.raises(RouteFailed, match=r"no topic matches topic_pattern 'o-\.\*' yet"):
         _check_sources(_route('topic_pattern = "o-.*"'), {"x": 1})
-    with pytest.raises(RouteFailed, match="matches siding.r.retry-3, a topic siding writes"):
+    with pytest.raises(RouteFailed, match=r"matches siding\.r\.retry-3, a topic siding writes"):
         _check_sources(pattern, {"o-1": 1, "siding.r.retry-3": 1})
 
 
@@ -283,7 +286,7 @@ def test_a_letter_goes_back_to_its_own_origin_topic() -> None:
 
 def test_a_letter_whose_origin_is_unknown_or_no_longer_read_is_refused() -> None:
     route = _route('topics = ["o-1", "o-2"]')
-    with pytest.raises(DlqError, match="siding.r.dlq/0/9 has no siding story"):
+    with pytest.raises(DlqError, match=r"siding\.r\.dlq/0/9 has no siding story"):
         replay_record(_letter(None), Target.ORIGIN, route, NOW)
     with pytest.raises(DlqError, match="no longer reads its origin topic o-3"):
         replay_record(_letter("o-3"), Target.ORIGIN, route, NOW)

@@ -1,4 +1,4 @@
-"""``siding backfill``: push a range of a route's source to its consumer again (docs/backfill.md)."""
+"""``siding backfill``: push a range of a route's source again (docs/backfill.md)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     help="Records per Spark batch; progress is saved after each.",
 )
 def backfill(
-    path: Path, route: str, start: str, end: str, max_in_flight: int, chunk: int
+    *, path: Path, route: str, start: str, end: str, max_in_flight: int, chunk: int
 ) -> None:
     """Deliver a range of a route's source again, through its dispatcher, lanes and DLQ."""
     from siding.pipeline.backfill import run_backfill

@@ -360,7 +360,8 @@ class RouteConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> RouteConfig:
         if self.dlq is not None and self.reads(self.dlq):
-            raise Problem(("dlq",), "the DLQ must not be a source topic of the route")
+            which = "the source topic" if self.topic is not None else "a source topic of the route"
+            raise Problem(("dlq",), f"the DLQ must not be {which}")
         for own in own_topic_probes(self.name) if self.topic_pattern is not None else ():
             if self.reads(own):
                 raise Problem(

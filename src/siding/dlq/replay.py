@@ -104,8 +104,8 @@ def origin_topic(letter: Letter, route: RouteConfig) -> str:
     told = story.decode(letter.headers)
     if told is None:
         raise DlqError(
-            f"dead letter {letter.ref.coordinates} has no siding story: its origin topic is unknown, and"
-            f" route {route.name} reads several topics ({route.source_label})"
+            f"dead letter {letter.ref.coordinates} has no siding story: its origin topic is"
+            f" unknown, and route {route.name} reads several topics ({route.source_label})"
         )
     if not route.reads(told.origin.topic):
         raise DlqError(

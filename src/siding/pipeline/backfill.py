@@ -98,7 +98,9 @@ def plan_state(
         try:
             state = State.from_json(path.read_text())
         except (ValueError, KeyError, TypeError) as exc:
-            raise BackfillError(f"{path} is unreadable ({exc}): remove it to start afresh") from None
+            raise BackfillError(
+                f"{path} is unreadable ({exc}): remove it to start afresh"
+            ) from None
         if state.range_text != range_text:
             raise BackfillError(
                 f"route {route.name} has an unfinished backfill of {state.range_text} ({path}):"
@@ -151,9 +153,7 @@ def _event(
     from datetime import UTC, datetime
 
     at = datetime.fromtimestamp(now_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-    ranges = {
-        f"{t}/{p}": [s, e] for (t, p), (s, e) in sorted(state.ranges.items())
-    }
+    ranges = {f"{t}/{p}": [s, e] for (t, p), (s, e) in sorted(state.ranges.items())}
     return {
         "at": at,
         "at_ms": now_ms,

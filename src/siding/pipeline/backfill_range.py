@@ -99,8 +99,8 @@ def resolve(
     ranges: Ranges = {}
     for topic, partitions in sorted(extents.items()):
         for partition, (low, high) in sorted(partitions.items()):
-            first = _position(start, topic, partition, low, high, by_time)
-            last = _position(end, topic, partition, low, high, by_time)
+            first = _position(start, topic, partition, (low, high), by_time)
+            last = _position(end, topic, partition, (low, high), by_time)
             first = max(first, low)
             last = min(last, high)
             if last > first:
@@ -112,10 +112,10 @@ def _position(
     bound: Bound,
     topic: str,
     partition: int,
-    low: int,
-    high: int,
+    extent: tuple[int, int],
     by_time: Mapping[tuple[str, int], Mapping[int, int | None]],
 ) -> int:
+    low, high = extent
     if bound.kind == "earliest":
         return low
     if bound.kind == "latest":
@@ -140,9 +140,7 @@ def check_partitions(bound: Bound, extents: Mapping[str, Mapping[int, tuple[int,
     for topic, named in bound.offsets.items():
         for partition in named:
             if partition not in extents.get(topic, {}):
-                raise BackfillError(
-                    f"offsets {bound.text!r}: {topic} has no partition {partition}"
-                )
+                raise BackfillError(f"offsets {bound.text!r}: {topic} has no partition {partition}")
 
 
 def chunks(

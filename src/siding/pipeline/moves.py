@@ -98,7 +98,9 @@ def source_topics(config: SidingConfig, route: RouteConfig) -> tuple[str, ...]:
     found = set(existing_topics(admin_client(client_conf)))
     base = owner.local_dir(config.spark.checkpoint_dir)
     if base is not None:
-        position = offset_log.read_position(base / naming.route_checkpoint_subdir(route.name) / MAIN)
+        position = offset_log.read_position(
+            base / naming.route_checkpoint_subdir(route.name) / MAIN
+        )
         found.update(position.offsets if position is not None else ())
     return route.matching(found)
 
