@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from siding.cli import main
 from siding.config import parse_config
 from siding.pipeline.backfill import backfill_route
 from siding.pipeline.backfill_range import (
@@ -126,8 +129,7 @@ def test_rate_and_eta() -> None:
     assert rate_and_eta(100, 2.0, 500) == (50.0, 10.0)
 
 
-def test_a_backfill_delivers_with_its_own_limit_and_never_parks() -> None:
-    text = """
+ROUTE = """
 [kafka]
 bootstrap = "127.0.0.1:9092"
 [[route]]
@@ -138,7 +140,20 @@ endpoint = "grpc://127.0.0.1:9"
 max_in_flight = 500
 adaptive = { min_in_flight = 50 }
 """
-    route = parse_config(text, env={}).route[0]
+
+
+def test_a_backfill_delivers_with_its_own_limit_and_never_parks() -> None:
+    route = parse_config(ROUTE, env={}).route[0]
     copy = backfill_route(route, 20)
     assert (copy.max_in_flight, copy.adaptive.min_in_flight, copy.parks) == (20, 20, False)
     assert (route.max_in_flight, route.parks) == (500, True)
+
+
+def test_the_command_refuses_a_bad_bound_before_it_touches_kafka(tmp_path: Path) -> None:
+    config = tmp_path / "siding.toml"
+    config.write_text(ROUTE)
+    main._register()
+    args = ["backfill", "-c", str(config), "--route", "r", "--from", "yesterday", "--to", "latest"]
+    result = CliRunner().invoke(main.cli, args)
+    assert isinstance(result.exception, BackfillError)
+    assert "--from 'yesterday': give an ISO time" in str(result.exception)
