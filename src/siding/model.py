@@ -33,12 +33,14 @@ def delivery_id(topic: str, partition: int, offset: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """A consumer's answer: ACK, RETRY (optionally after some seconds) or DEAD with a reason."""
+    """A consumer's answer: ACK, RETRY (optionally after some seconds) or DEAD with a reason;
+    an ACK may carry ``outputs`` for siding to produce first (docs/outputs.md)."""
 
     delivery_id: str
     verdict: Verdict
     retry_after_s: float | None = None
     reason: str = ""
+    outputs: tuple[Output, ...] = ()
 
 
 class OutcomeKind(enum.Enum):
@@ -64,13 +66,15 @@ class OutcomeKind(enum.Enum):
 class Outcome:
     """``no_answer``: the endpoint said nothing within the deadline (a timeout). ``lost``: the
     connection broke after the delivery went out (a BACKOFF): the consumer may have died on this
-    very message, so the dispatcher treats it as a suspect (docs/dispatch.md, "Suspects")."""
+    very message, so the dispatcher treats it as a suspect (docs/dispatch.md, "Suspects").
+    ``outputs``: the records an ACK asks siding to produce before the input is done."""
 
     kind: OutcomeKind
     reason: str = ""
     retry_after_s: float | None = None
     no_answer: bool = False
     lost: bool = False
+    outputs: tuple[Output, ...] = ()
 
     @property
     def is_failure_signal(self) -> bool:

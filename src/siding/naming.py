@@ -67,6 +67,8 @@ def state_topic(route_name: str, kind: str) -> str:
 
 
 AUDIT = "audit"
+# Each worker's calls in flight now (siding.pipeline.live).
+LIVE = "live"
 
 
 def audit_topic(route_name: str) -> str:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from siding.model import Lane, Outcome, OutcomeKind
+from siding.model import Lane, Outcome, OutcomeKind, Output
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
@@ -20,7 +20,9 @@ BACKOFF_CAP_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """ACK: the record is finished."""
+    """ACK: the record is finished once ``outputs`` (if any) are written (docs/outputs.md)."""
+
+    outputs: tuple[Output, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,7 @@ def next_step(
         raise ValueError(f"attempts are numbered from 1, got {attempt}")
     kind = outcome.kind
     if kind is OutcomeKind.ACK:
-        return Done()
+        return Done(outcome.outputs)
     if kind is OutcomeKind.DEAD:
         return ToDlq(outcome.reason or "consumer answered DEAD")
     if kind is OutcomeKind.GONE:

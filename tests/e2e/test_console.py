@@ -56,6 +56,13 @@ def _shots(tmp_path: Path) -> Path:
     return Path(os.environ.get("SIDING_SCREENSHOTS") or tmp_path)
 
 
+def _needs_chromium() -> None:
+    if shutil.which("chromium") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is needed (make setup installs it with apt)")
+        pytest.skip("chromium not installed")
+
+
 def _shows_the_status(page: Page, status: dict[str, Any], topic: str) -> None:
     """The lane table, the lag per partition and the latest letters as ``/status`` has them."""
     name = status["name"]
@@ -85,10 +92,7 @@ def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
     topic_name: Callable[[str], str],
     sim_consumer: Callable[..., Any],
 ) -> None:
-    if shutil.which("chromium") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is needed (make setup installs it with apt)")
-        pytest.skip("chromium not installed")
+    _needs_chromium()
     # Given a route whose consumer dead-letters a fifth of the messages, with the page open
     topic = topic_name("console")
     produce(kafka.bootstrap, topic, 60, partitions=3)
@@ -162,3 +166,61 @@ def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
     expected = {delivery_id(topic, p, o) for p, end in ends.items() for o in range(end)}
     assert sum(ends.values()) == 90
     assert expected <= received
+
+
+def test_calls_open_now_are_shown_while_they_run_and_parked(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    sim_consumer: Callable[..., Any],
+) -> None:
+    """The "in flight now" of the page, ``/status`` and ``/metrics`` counts the calls the
+    consumer holds, between batches too (they are parked after 5 s and keep running)."""
+    # Given 9 messages in one partition (one task sends them all at once) and a consumer that
+    # holds each call for 20 s (the deadline is 30 s)
+    topic = topic_name("in-flight-now")
+    produce(kafka.bootstrap, topic, 9, partitions=1)
+    sim, received_file = sim_consumer(latency_s=(20.0, 20.0))
+    name = topic[-60:]
+    route = {
+        "name": name,
+        "topic": topic,
+        "group": f"{topic}-group",
+        "endpoint": f"grpc://{sim.target}",
+    }
+    metrics = MetricsSink()
+    metrics.declare(name, 1)
+    run = PipelineRun.from_route(
+        kafka.bootstrap,
+        route,
+        checkpoint_dir=tmp_path / "ckpt",
+        spark=spark,
+        also=metrics.on_result,
+    )
+    health = lambda: application_health(run.app)  # noqa: E731
+    with run, ControlPlane(run.config, ("127.0.0.1", 0), metrics, health, poll_s=0.5) as plane:
+
+        def open_now() -> int:
+            facts: dict[str, Any] = _route(_status(plane), name).get("kafka") or {}
+            return int((facts.get("in_flight") or {}).get("total", -1))
+
+        # When the consumer has all 9 calls open
+        wait_until(lambda: len(read_records(received_file)) == 9, timeout_s=60, what="all sent")
+        # Then all 9 are shown open, also once the batch has parked them and committed
+        wait_until(lambda: open_now() == 9, timeout_s=8, what="9 calls shown open")
+        run.wait_committed(watermarks_of(run.client_conf, topic))
+        assert open_now() == 9, "parked calls still running are still in flight"
+        assert metrics.snapshot().lanes[(name, 0)].parked == 9
+        assert f'siding_in_flight{{lane="main",route="{name}"}} 9.0' in _metrics_text(plane)
+        with Page.open(plane.url + "/", tmp_path / "profile") as page:
+            page.wait_for("document.body.innerText.includes('in flight now 9')")
+        # And once they answered, none
+        wait_until(lambda: open_now() == 0, timeout_s=30, what="the answered calls closed")
+
+
+def _metrics_text(plane: ControlPlane) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(plane.url + "/metrics", timeout=10) as answer:
+        return str(answer.read().decode())

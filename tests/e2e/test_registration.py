@@ -1,6 +1,7 @@
 """Issue 16 on the real pipeline (docs/registration.md): siding starts with no route, a route is
-made through the control API with traffic waiting, consumer instances in two languages join,
-one is killed mid-traffic and another joins; then siding restarts and picks up where it was."""
+made through the control API with traffic waiting, consumer instances in two languages join
+through their SDKs (Python's ``Registration``, Node's ``WebhookServer`` with ``join``), one is
+killed mid-traffic and another joins; then siding restarts and picks up where it was."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from siding.devkit.wait import wait_until
 from siding.kafka.admin import committed_offsets
 from siding.kafka.reader import read_records as read_topic
 from siding.model import delivery_id
+from siding_consumer import Registration, RegistrationEvent
 from tests.conftest import unavailable
 
 if TYPE_CHECKING:
@@ -57,37 +59,16 @@ def call(url: str, method: str, token: str | None = None, body: object = None) -
         return exc.code, json.loads(exc.read())
 
 
-@dataclass
-class Lease:
-    """Joins a route for a Python instance and renews every second, as an SDK would; it never
-    joins again by itself, so a lease that did not come back shows as a 404."""
-
-    consumers: str  # the route's consumers URL
-    address: str
-    id: str = ""
-    refusals: list[int] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def join(self) -> Lease:
-        code, answer = call(self.consumers, "POST", JOIN, {"address": self.address})
-        assert code == 201, answer
-        self.id = answer["consumer"]
-        threading.Thread(target=self._renew, daemon=True).start()
-        return self
-
-    def _renew(self) -> None:
-        while not self._stop.wait(1.0):
-            with contextlib.suppress(OSError):  # siding restarting: next time
-                code, _ = call(f"{self.consumers}/{self.id}", "PUT", JOIN)
-                if code != 200:
-                    self.refusals.append(code)
-
-    def stop(self) -> None:
-        self._stop.set()
+def trouble(events: list[RegistrationEvent]) -> list[RegistrationEvent]:
+    """Answers from siding that were not a success: a lapsed lease (404), a refusal, a 5xx.
+    Connection errors while siding restarts are not trouble."""
+    return [e for e in events if e.kind in ("lapsed", "refused") or (e.status is not None
+            and e.kind == "unreachable")]  # fmt: skip
 
 
 class NodeConsumer:
-    """tests/e2e/node/registered_consumer.mjs: joins, renews and records by itself."""
+    """tests/e2e/node/registered_consumer.mjs: the Node SDK's webhook server, joined by the SDK;
+    it records by itself."""
 
     def __init__(self, control_url: str, route: str, record: Path) -> None:
         node = shutil.which("node")
@@ -149,7 +130,8 @@ class Scenario:
     topic: str
     sims: Callable[..., Any]
     tmp_path: Path
-    leases: dict[str, Lease] = field(default_factory=dict)
+    leases: dict[str, Registration] = field(default_factory=dict)
+    events: dict[str, list[RegistrationEvent]] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     node: NodeConsumer | None = None
 
@@ -185,8 +167,14 @@ class Scenario:
         wait_until(reached, timeout_s=180, what=what, check=siding.check)
 
     def python_instance(self, label: str, latency_s: tuple[float, float] = (0.01, 0.03)) -> Any:
+        """A simulated gRPC consumer joined by the Python SDK (renewing every lease/3)."""
         sim, self.files[label] = self.sims(latency_s=latency_s)
-        self.leases[label] = Lease(self.consumers, sim.target).join()
+        events: list[RegistrationEvent] = []
+        self.events[label] = events
+        lease = Registration(self.url, self.topic, JOIN, sim.target, on_event=events.append)
+        lease.start()
+        assert lease.consumer is not None, events
+        self.leases[label] = lease
         return sim
 
     def received(self) -> dict[str, Rows]:
@@ -300,14 +288,14 @@ def kill_one_add_one(s: Scenario, siding: Running, killed: Any) -> tuple[float, 
         return any(r.received_s > since for r in read_records(s.files["killed"]))
 
     wait_until(call_out, what="a call out on the instance to kill")
+    gone = s.leases["killed"].consumer
     killed.kill()
-    s.leases["killed"].stop()
+    s.leases["killed"].stop(leave=False)  # it died: nobody leaves, the lease lapses
     killed_at = time.time()
     producer.join()
     s.python_instance("late")
     produce(s.kafka.bootstrap, s.topic, AFTER, rate=150.0, start_seq=WAITING + FLOWING)
     s.wait_committed(siding, BEFORE_RESTART, "all traffic")
-    gone = s.leases["killed"].id
     wait_until(lambda: gone not in s.members(), what="the killed one dropped", timeout_s=30)
     audit = read_topic(dict(s.config.kafka.client_config()), naming.state_topic(s.topic, "audit"))
     events = [json.loads(r.value or b"") for r in audit]
@@ -341,14 +329,14 @@ def restart_and_resume(s: Scenario) -> Running:
     siding = s.start()
     routes = call(f"{s.url}/routes", "GET")[1]["routes"]
     assert [(r["name"], r["origin"]) for r in routes] == [(s.topic, "api")]
-    assert s.members() >= {s.leases["python"].id, s.leases["late"].id}
+    assert s.members() >= {s.leases["python"].consumer, s.leases["late"].consumer}
     s.wait_committed(siding, total + LATER, "delivery after the restart")
     fresh = {delivery_id(s.topic, 0, n) for n in range(total, total + LATER)}
     rows = [r for label, rows in s.received().items() if label != "killed" for r in rows]
     assert {i for i, _, _ in rows} >= fresh
     again = [i for i, _, at in rows if at > restarted_at and i not in fresh]
     assert len(again) <= PER_BATCH  # at most the batch that had not committed
-    assert all(not lease.refusals for lease in s.leases.values()), s.leases
+    assert not [trouble(events) for events in s.events.values() if trouble(events)], s.events
     assert s.node is not None
     lines = s.node.lines
     assert not [x for x in lines if "404" in x], lines

@@ -18,8 +18,10 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
 from siding.consumer.webhook import WebhookVerificationError, verify_webhook
-from siding.model import Delivery, OutcomeKind, delivery_id
+from siding.model import Delivery, OutcomeKind, Output, delivery_id
 from siding.transport.http import HttpTransport
+from siding_consumer import ack
+from siding_consumer.envelope import single_answer
 
 SECRET = "whsec_" + base64.b64encode(b"w" * 32).decode()
 DEADLINE_S = 5.0
@@ -218,6 +220,34 @@ async def test_2xx_is_ack(consumer: Consumer, transport: HttpTransport, status: 
     consumer.answer = answering(status)
 
     assert (await transport.send(DELIVERY, DEADLINE_S)).kind is OutcomeKind.ACK
+
+
+async def test_a_2xx_json_answer_carries_outputs_byte_for_byte(
+    consumer: Consumer, transport: HttpTransport
+) -> None:
+    # Given a consumer that answers with the SDK's own webhook answer for an ack with outputs
+    sent = (
+        Output("orders.billed", bytes(range(256)), bytes(range(255, -1, -1)), (("h", b"\x00"),)),
+        Output("orders.audit"),
+    )
+    answer = single_answer(ack(sent))
+
+    async def with_outputs(_request: web.Request) -> web.StreamResponse:
+        return web.Response(status=answer.status, headers=dict(answer.headers), body=answer.body)
+
+    consumer.answer = with_outputs
+    # Then siding reads them all, exactly (docs/outputs.md)
+    outcome = await transport.send(DELIVERY, DEADLINE_S)
+    assert (outcome.kind, outcome.outputs) == (OutcomeKind.ACK, sent)
+
+
+async def test_a_2xx_json_answer_whose_outputs_cannot_be_read_is_a_retry(
+    consumer: Consumer, transport: HttpTransport
+) -> None:
+    consumer.answer = answering(200, {"content-type": "application/json"}, '{"outputs": [{}]}')
+    outcome = await transport.send(DELIVERY, DEADLINE_S)
+    assert outcome.kind is OutcomeKind.RETRY
+    assert "outputs[0].topic is missing" in outcome.reason
 
 
 @pytest.mark.parametrize("status", [429, 503])

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.workloads.cpu import ProcStat, children_of, parse_stat, tree_ticks
+from bench.workloads.cpu import ProcStat, Usage, children_of, parse_stat, tree_ticks
 from bench.workloads.measure import (
     done_span_s,
     extrapolated_seconds,
@@ -93,7 +93,7 @@ def test_extrapolation_and_ratio() -> None:
 def test_proc_stat_line_with_spaces_and_parentheses_in_the_name() -> None:
     fields = ["S", "42"] + ["0"] * 9 + ["100", "20", "3", "4"] + ["0"] * 30
     stat = parse_stat("1234 (python (worker) x) " + " ".join(fields))
-    assert stat == ProcStat(1234, 42, 127)
+    assert stat == ProcStat(1234, 42, 127, own=120, start=0, name="python (worker) x")
 
 
 def test_tree_ticks_leave_out_excluded_subtrees() -> None:
@@ -113,3 +113,34 @@ def test_tree_ticks_leave_out_excluded_subtrees() -> None:
     assert tree_ticks(stats, 1, exclude=set()) == 6117
     assert tree_ticks(stats, 2, exclude={3}) == 100
     assert children_of(1, stats) == {2, 4}
+
+
+def test_cpu_usage_counts_each_process_from_first_sight_and_one_that_ended_up_to_its_last() -> None:
+    usage = Usage()
+    # first sample: the driver (root 1) and an old process of an earlier workload (7)
+    usage.sample([ProcStat(1, 0, 0, own=100, start=5), ProcStat(7, 1, 0, own=9000, start=6)])
+    # later: the JVM and a Python worker are born; 7 ends (gone from later samples)
+    usage.sample(
+        [
+            ProcStat(1, 0, 0, own=130, start=5),
+            ProcStat(2, 1, 0, own=50, start=20, name="java"),
+            ProcStat(3, 2, 0, own=40, start=21, name="python3.11"),
+            ProcStat(7, 1, 0, own=9010, start=6),
+        ]
+    )
+    usage.sample(
+        [
+            ProcStat(1, 0, 0, own=150, start=5),
+            ProcStat(2, 1, 0, own=80, start=20, name="java"),
+            ProcStat(3, 2, 0, own=60, start=21, name="python3.11"),
+            # pid 7 again, but another process: counts from 0
+            ProcStat(7, 1, 0, own=3, start=99, name="sh"),
+        ]
+    )
+    assert usage.ticks_by_kind(root=1) == {
+        "driver (Python)": 50,
+        "Spark JVM": 80,
+        "Spark Python workers": 60,
+        "other": 10,  # the old process: only what it used inside the window
+        "sh": 3,
+    }

@@ -293,6 +293,28 @@ def test_held_records_of_key_mode_are_counted(server: ControlServer, metrics: Me
     assert samples[("siding_records_total", "main", "held")] == 3
 
 
+def test_outputs_are_counted_in_status_and_metrics(
+    server: ControlServer, metrics: MetricsSink
+) -> None:
+    # Given a main-lane batch and a park-lane batch that produced outputs (docs/outputs.md)
+    metrics.on_result("billing", 0, [TaskResult(records=4, acked=4, outputs=8)], 0.1)
+    metrics.on_result("billing", -1, [TaskResult(records=1, acked=1, outputs=2)], 0.1)
+    # Then /status counts them per lane and per route, and /metrics as siding_outputs_total
+    _, _, body = get(server, "/status")
+    route = json.loads(body)["routes"][0]
+    assert route["outputs"] == 10
+    outputs = {lane["label"]: lane["outputs"] for lane in route["lanes"]}
+    assert (outputs["main"], outputs["parked"]) == (8, 2)
+    _, _, text = get(server, "/metrics")
+    samples = {
+        (s.name, s.labels.get("lane")): s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
+    assert samples[("siding_outputs_total", "main")] == 8
+    assert samples[("siding_outputs_total", "parked")] == 2
+
+
 def test_the_page_is_served_at_the_root_and_its_script_parses(
     server: ControlServer, tmp_path: Path
 ) -> None:

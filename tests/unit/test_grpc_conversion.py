@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from siding.errors import ConfigError
-from siding.model import Delivery, Result, Verdict
+from siding.model import Delivery, Output, Result, Verdict
 from siding.transport.grpc_common import (
     ChannelSpec,
     call_metadata,
@@ -91,14 +91,25 @@ def test_a_ca_file_without_tls_is_a_config_error() -> None:
     assert error.value.key == "ca_file"
 
 
-def test_an_ack_with_outputs_is_a_retry_so_the_outputs_are_not_dropped() -> None:
-    # Given a consumer that acks and asks siding to produce two records
+def test_an_ack_carries_its_outputs_exactly() -> None:
+    # Given a consumer that acks and asks siding to produce two records, binary and absent
     message = consumer_pb2.Result(
         delivery_id="t/0/1",
         verdict=consumer_pb2.VERDICT_ACK,
-        outputs=[consumer_pb2.Output(topic="orders.billed", value=b"x")] * 2,
+        outputs=[
+            consumer_pb2.Output(
+                topic="orders.billed",
+                key=bytes(range(256)),
+                value=b"\x00",
+                headers=[consumer_pb2.Header(key="h", value=b"\xff")],
+            ),
+            consumer_pb2.Output(topic="orders.audit"),  # no key, a tombstone
+        ],
     )
-    # Then the answer is not an ack: siding does not produce outputs yet
+    # Then the model's result is the ack with both outputs, absent fields kept absent
     result = result_from_proto(message)
-    assert result.verdict is Verdict.RETRY
-    assert "2 output record(s)" in result.reason
+    assert result.verdict is Verdict.ACK
+    assert result.outputs == (
+        Output("orders.billed", bytes(range(256)), b"\x00", (("h", b"\xff"),)),
+        Output("orders.audit", None, None, ()),
+    )

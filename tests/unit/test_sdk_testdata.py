@@ -1,5 +1,6 @@
 """The shared test vectors in sdk/testdata, which the Node and Java SDK tests read, stay what
-siding itself produces: signatures from its signer, batch envelopes from its encoder."""
+siding itself produces: signatures from its signer, batch envelopes from its encoder, join
+requests its registry reads."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from siding.model import Delivery
+from siding.registry.join import join_request
 from siding.transport.batch_envelope import envelope
 from siding.transport.signing import sign
 
@@ -51,3 +53,12 @@ def test_the_batch_envelope_vector_is_what_siding_sends_for_its_deliveries() -> 
     assert any(d.key is None for d in deliveries) and any(d.key == b"" for d in deliveries)
     assert any(d.timestamp_ms == 0 for d in deliveries)
     assert envelope(deliveries).decode() == vector["body"]
+
+
+def test_the_join_request_vectors_are_what_siding_reads() -> None:
+    cases = json.loads((TESTDATA / "join-requests.json").read_text())["cases"]
+    assert {c["transport"] for c in cases} >= {None, "http", "grpcs"}
+    for case in cases:
+        request = join_request(case["body"])
+        assert request.endpoint.url == case["siding_reads"]["endpoint"]
+        assert request.capacity == case["siding_reads"]["capacity"]

@@ -186,19 +186,37 @@ type httpAnswer struct {
 	json       bool
 }
 
-// overHTTP: outputs travel over gRPC only, so a result carrying them is not a plain ack.
-func overHTTP(r Result) Result {
-	if len(r.outputs) > 0 {
-		return Retry(0, "outputs can only be answered over gRPC")
+// outputsJSON: outputs as a webhook answer carries them (docs/outputs.md): bytes in base64,
+// a nil Key or Value left out.
+func outputsJSON(outputs []Output) []map[string]any {
+	list := make([]map[string]any, len(outputs))
+	for i, o := range outputs {
+		item := map[string]any{"topic": o.Topic}
+		if o.Key != nil {
+			item["key_base64"] = base64.StdEncoding.EncodeToString(o.Key)
+		}
+		if o.Value != nil {
+			item["value_base64"] = base64.StdEncoding.EncodeToString(o.Value)
+		}
+		if len(o.Headers) > 0 {
+			headers := make([]map[string]string, len(o.Headers))
+			for n, h := range o.Headers {
+				headers[n] = map[string]string{"key": h.Key, "value_base64": base64.StdEncoding.EncodeToString(h.Value)}
+			}
+			item["headers"] = headers
+		}
+		list[i] = item
 	}
-	return r
+	return list
 }
 
-// singleAnswer: 200 acks, 429 (with Retry-After) backs off, 500 retries from the next lane
-// (its after cannot be said), 422 dead-letters.
+// singleAnswer: 200 acks (an ack's outputs in a JSON body), 429 (with Retry-After) backs off,
+// 500 retries from the next lane (its after cannot be said), 422 dead-letters.
 func singleAnswer(r Result) httpAnswer {
-	r = overHTTP(r)
 	switch {
+	case r.Verdict() == VerdictAck && len(r.outputs) > 0:
+		body, _ := json.Marshal(map[string]any{"outputs": outputsJSON(r.outputs)}) // plain values
+		return httpAnswer{status: http.StatusOK, body: body, json: true}
 	case r.Verdict() == VerdictAck:
 		return httpAnswer{status: http.StatusOK}
 	case r.IsBackoff():
@@ -210,10 +228,11 @@ func singleAnswer(r Result) httpAnswer {
 }
 
 type batchResult struct {
-	ID      string   `json:"id"`
-	Verdict string   `json:"verdict"`
-	After   *float64 `json:"after,omitempty"`
-	Reason  string   `json:"reason,omitempty"`
+	ID      string           `json:"id"`
+	Verdict string           `json:"verdict"`
+	After   *float64         `json:"after,omitempty"`
+	Reason  string           `json:"reason,omitempty"`
+	Outputs []map[string]any `json:"outputs,omitempty"`
 }
 
 // batchAnswer: one result per delivery; when every delivery backs off, the whole batch is
@@ -230,8 +249,10 @@ func batchAnswer(ds []Delivery, rs []Result) httpAnswer {
 	}
 	results := make([]batchResult, len(rs))
 	for i, r := range rs {
-		r = overHTTP(r)
 		results[i] = batchResult{ID: ds[i].ID, Verdict: r.Verdict().String(), Reason: r.Reason()}
+		if r.Verdict() == VerdictAck && len(r.outputs) > 0 {
+			results[i].Outputs = outputsJSON(r.outputs)
+		}
 		if r.Verdict() == VerdictRetry && r.After() > 0 {
 			after := r.After().Seconds()
 			results[i].After = &after

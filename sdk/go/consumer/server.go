@@ -48,6 +48,7 @@ type Server struct {
 	inflight sync.WaitGroup
 	hardStop context.CancelFunc
 	base     context.Context // parent of every handler's context; cancelled after the grace
+	joined   *Registration   // WithJoin's registration while serving
 }
 
 // An Option configures a Server.
@@ -57,6 +58,7 @@ type options struct {
 	grace      time.Duration
 	serverOpts []grpc.ServerOption
 	logger     *slog.Logger
+	join       *Join
 }
 
 // WithGracePeriod sets how long deliveries in flight may finish once stopping begins.
@@ -66,6 +68,11 @@ func WithGracePeriod(d time.Duration) Option { return func(o *options) { o.grace
 func WithServerOptions(opts ...grpc.ServerOption) Option {
 	return func(o *options) { o.serverOpts = append(o.serverOpts, opts...) }
 }
+
+// WithJoin makes Serve join a siding route once it listens, renew the lease while it serves
+// and leave it first thing when it stops (see Register). An empty j.Address is filled from the
+// listener (Advertised); j.Transport is siding's default, "grpc", unless set ("grpcs" with TLS).
+func WithJoin(j Join) Option { return func(o *options) { o.join = &j } }
 
 // WithLogger sets where the server logs (handler panics, streams ending); slog.Default() if unset.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -107,6 +114,13 @@ func ListenAndServe(ctx context.Context, addr string, h Handler, opts ...Option)
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	served := make(chan error, 1)
 	go func() { served <- s.grpc.Serve(lis) }()
+	if j := s.opts.join; j != nil {
+		if err := s.register(ctx, *j, lis.Addr()); err != nil {
+			s.Stop()
+			<-served
+			return err
+		}
+	}
 	select {
 	case err := <-served:
 		s.hardStop()
@@ -120,8 +134,44 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 }
 
-// Stop stops the server gracefully (see Server); it returns when the server has stopped.
+func (s *Server) register(ctx context.Context, j Join, addr net.Addr) error {
+	if j.Address == "" {
+		j.Address = Advertised(addr)
+	}
+	if j.Logger == nil {
+		j.Logger = s.opts.logger
+	}
+	reg, err := Register(ctx, j)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.joined = reg
+	s.mu.Unlock()
+	return nil
+}
+
+// Registration is the route joined with WithJoin while the server serves, or nil.
+func (s *Server) Registration() *Registration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joined
+}
+
+// Stop stops the server gracefully (see Server); it returns when the server has stopped. With
+// WithJoin it leaves the route first: siding sends nothing new once the leave is answered.
 func (s *Server) Stop() {
+	s.mu.Lock()
+	joined := s.joined
+	s.joined = nil
+	s.mu.Unlock()
+	if joined != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := joined.Leave(ctx); err != nil {
+			s.opts.logger.Warn("leaving the route failed: its lease will lapse", "route", joined.join.Route, "err", err)
+		}
+		cancel()
+	}
 	s.mu.Lock()
 	if !s.draining {
 		s.draining = true

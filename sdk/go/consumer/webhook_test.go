@@ -92,7 +92,7 @@ func TestSingleAnswers(t *testing.T) {
 		{"dead", http.StatusUnprocessableEntity, ""},
 		{"backoff", http.StatusTooManyRequests, "2"},
 		{"panic", http.StatusInternalServerError, ""},
-		{"echo", http.StatusInternalServerError, ""}, // outputs need gRPC: never a silent ack
+		{"echo", http.StatusOK, ""}, // the outputs in a JSON body: TestAnAckCarriesItsOutputsInJSON
 	}
 	header := http.Header{"Ce-Id": {"t/0/1"}, "Webhook-Id": {"t/0/1"}, "Ce-Subject": {"call"}}
 	if _, _, body := post(t, srv.URL, header, nil, true); string(body) != "webhook" {
@@ -205,5 +205,20 @@ func TestABadBatchIsA400NamingTheField(t *testing.T) {
 func TestAnUnusableSecretFailsAtStartup(t *testing.T) {
 	if _, err := NewWebhookHandler(byKey, WithSecret("whsec_%%%")); !errors.Is(err, ErrBadSecret) {
 		t.Errorf("got %v, want ErrBadSecret", err)
+	}
+}
+
+func TestAnAckCarriesItsOutputsInJSON(t *testing.T) {
+	a := singleAnswer(Ack(
+		Output{Topic: "out", Key: []byte{}, Value: []byte{0, 255}, Headers: []Header{{Key: "h", Value: []byte{1}}}},
+		Output{Topic: "out"},
+	))
+	want := `{"outputs":[{"headers":[{"key":"h","value_base64":"AQ=="}],"key_base64":"","topic":"out","value_base64":"AP8="},{"topic":"out"}]}`
+	if a.status != http.StatusOK || !a.json || string(a.body) != want {
+		t.Fatalf("answer = %d json=%v %s", a.status, a.json, a.body)
+	}
+	b := batchAnswer([]Delivery{{ID: "a"}, {ID: "b"}}, []Result{Ack(Output{Topic: "out"}), Ack()})
+	if want := `{"results":[{"id":"a","verdict":"ack","outputs":[{"topic":"out"}]},{"id":"b","verdict":"ack"}]}`; string(b.body) != want {
+		t.Fatalf("batch answer = %s", b.body)
 	}
 }

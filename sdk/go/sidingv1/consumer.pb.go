@@ -373,8 +373,9 @@ type Result struct {
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// ACK only (consume-and-produce): records siding writes to Kafka before the input counts as
 	// done. Each topic must be listed in the route's `outputs`; an answer naming any other topic
-	// is turned into a RETRY with a reason. siding adds a header `siding.output.id` =
-	// "<delivery id>#<index>" to every output, stable across redeliveries, for deduplication.
+	// is turned into a RETRY with a reason. siding adds a header `siding.output-id` =
+	// "<delivery id>/<index>" to every output, stable across redeliveries, for deduplication
+	// (docs/outputs.md).
 	Outputs       []*Output `protobuf:"bytes,5,rep,name=outputs,proto3" json:"outputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

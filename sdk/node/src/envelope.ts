@@ -2,7 +2,7 @@
 // (docs/webhooks.md for one delivery per request, docs/batch.md for the batch envelope).
 
 import type { Delivery, Header } from "./delivery.js";
-import { type Reply, retry } from "./reply.js";
+import type { Output, Reply } from "./reply.js";
 
 export const BATCH_CONTENT_TYPE = "application/cloudevents-batch+json";
 
@@ -174,12 +174,24 @@ export function deliveriesFromBatch(body: Buffer): Delivery[] {
   return parsed.map(batchItem);
 }
 
-/** HTTP cannot carry outputs: asking for them there is a handler bug, never a silent ack. */
-function forHttp(reply: Reply): Reply {
-  if (reply.verdict === "ack" && reply.outputs.length > 0) {
-    return retry({ reason: "outputs can only be answered over gRPC" });
-  }
-  return reply;
+function base64Of(value: Uint8Array | string | null | undefined): string | undefined {
+  if (value === null || value === undefined) return undefined;
+  return (typeof value === "string" ? Buffer.from(value, "utf8") : Buffer.from(value)).toString("base64");
+}
+
+/** Outputs as a webhook answer carries them (docs/outputs.md): bytes in base64, absent = null. */
+export function outputsJson(outputs: readonly Output[]): Record<string, unknown>[] {
+  return outputs.map((output) => {
+    const json: Record<string, unknown> = { topic: output.topic };
+    const key = base64Of(output.key);
+    const value = base64Of(output.value);
+    if (key !== undefined) json.key_base64 = key;
+    if (value !== undefined) json.value_base64 = value;
+    if (output.headers && output.headers.length > 0) {
+      json.headers = output.headers.map((h) => ({ key: h.key, value_base64: base64Of(h.value) ?? "" }));
+    }
+    return json;
+  });
 }
 
 function retryAfter(seconds: number | undefined): Record<string, string> {
@@ -188,11 +200,14 @@ function retryAfter(seconds: number | undefined): Record<string, string> {
 
 const TEXT = { "content-type": "text/plain; charset=utf-8" };
 
-/** The answer to a one-delivery request: siding reads only the status (and Retry-After). */
-export function singleAnswer(given: Reply): HttpAnswer {
-  const reply = forHttp(given);
+/** The answer to a one-delivery request: the status (and Retry-After); an ack's outputs in JSON. */
+export function singleAnswer(reply: Reply): HttpAnswer {
   switch (reply.verdict) {
     case "ack":
+      if (reply.outputs.length > 0) {
+        const body = JSON.stringify({ outputs: outputsJson(reply.outputs) });
+        return { status: 200, headers: { "content-type": "application/json" }, body };
+      }
       return { status: 204, headers: {}, body: "" };
     case "dead":
       return { status: 422, headers: TEXT, body: reply.reason || "dead" };
@@ -206,7 +221,7 @@ export function singleAnswer(given: Reply): HttpAnswer {
 
 /** The answer to a batch request: one result per delivery; a batch that all backs off is a 429. */
 export function batchAnswer(ids: readonly string[], replies: readonly Reply[]): HttpAnswer {
-  const given = replies.map(forHttp);
+  const given = replies;
   if (given.length > 0 && given.every((r) => r.verdict === "backoff")) {
     const afters = given.map((r) => r.afterSeconds).filter((a): a is number => a !== undefined);
     const after = afters.length > 0 ? Math.max(...afters) : undefined;
@@ -214,6 +229,9 @@ export function batchAnswer(ids: readonly string[], replies: readonly Reply[]): 
   }
   const results = given.map((reply, n) => {
     const id = ids[n] as string;
+    if (reply.verdict === "ack" && reply.outputs.length > 0) {
+      return { id, verdict: "ack", outputs: outputsJson(reply.outputs) };
+    }
     if (reply.verdict === "ack") return { id, verdict: "ack" };
     if (reply.verdict === "dead") return { id, verdict: "dead", reason: reply.reason };
     const result: Record<string, unknown> = { id, verdict: "retry", reason: reply.reason };

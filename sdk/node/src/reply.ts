@@ -4,7 +4,7 @@ import type { Header } from "./delivery.js";
 
 export type Verdict = "ack" | "retry" | "dead" | "backoff";
 
-/** One record siding writes to Kafka before an ACKed input counts as done (gRPC only). */
+/** One record siding writes to Kafka before an ACKed input counts as done (docs/outputs.md). */
 export interface Output {
   readonly topic: string;
   /** Record key; null or absent for no key. */
@@ -38,7 +38,7 @@ export class Reply {
   }
 }
 
-/** Done with this delivery; `outputs` (gRPC only) are produced to Kafka before it counts as done. */
+/** Done with this delivery; `outputs` are produced to Kafka before it counts as done. */
 export function ack(outputs: readonly Output[] = []): Reply {
   for (const [index, output] of outputs.entries()) {
     if (typeof output?.topic !== "string" || output.topic === "") {

@@ -6,6 +6,7 @@ import * as grpc from "@grpc/grpc-js";
 import { type Delivery, type DeliveryMessage, deliveryFromMessage } from "./delivery.js";
 import { HealthService } from "./health.js";
 import { CONSUMER_SERVICE, services } from "./proto.js";
+import { type JoinOptions, Registration, advertised } from "./registration.js";
 import { type Output, type Reply, replyForReturn, replyForThrow } from "./reply.js";
 import { untilSignalled } from "./signals.js";
 
@@ -44,6 +45,8 @@ export interface ServerOptions {
   readonly grpcOptions?: grpc.ServerOptions;
   /** Where handler errors and stop messages go. Default: console. */
   readonly logger?: Logger;
+  /** Join this siding route once the server listens; leave it first thing in stop(). */
+  readonly join?: JoinOptions;
 }
 
 const DEFAULT_GRPC_OPTIONS: grpc.ServerOptions = {
@@ -210,6 +213,8 @@ export class ConsumerServer {
   private server: grpc.Server | undefined;
   private boundPort = 0;
   private draining = false;
+  /** The route joined with the `join` option, once started. */
+  registration: Registration | undefined;
 
   constructor(
     private readonly handler: Handler,
@@ -268,6 +273,21 @@ export class ConsumerServer {
       });
     });
     this.server = server;
+    const join = this.options.join;
+    if (join !== undefined) {
+      this.registration = new Registration({
+        ...join,
+        address: join.address ?? advertised(this.listen, this.boundPort),
+        transport: this.options.tls ? "grpcs" : "grpc",
+        logger: this.logger,
+      });
+      try {
+        await this.registration.start();
+      } catch (error) {
+        await this.stop(0);
+        throw error;
+      }
+    }
     return this;
   }
 
@@ -276,6 +296,7 @@ export class ConsumerServer {
     const server = this.server;
     if (server === undefined) return;
     this.server = undefined;
+    await this.registration?.stop(); // siding sends nothing new once the leave is answered
     this.health.shutdown();
     this.draining = true;
     for (const session of [...this.sessions]) session.drain();

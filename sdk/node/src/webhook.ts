@@ -12,6 +12,7 @@ import {
   isBatch,
   singleAnswer,
 } from "./envelope.js";
+import { type JoinOptions, Registration, advertised } from "./registration.js";
 import { type Handler, type Logger, runHandler } from "./server.js";
 import { DEFAULT_TOLERANCE_SECONDS, WebhookVerificationError, secretKey, verifyWebhook } from "./signing.js";
 import { untilSignalled } from "./signals.js";
@@ -32,6 +33,9 @@ export interface WebhookServerOptions extends WebhookOptions {
   readonly listen?: string;
   /** How long stop() lets requests in flight finish before closing their connections. Default 10. */
   readonly graceSeconds?: number;
+  /** Join this siding route once the server listens (transport "http"); leave it first thing in
+   * stop(). */
+  readonly join?: JoinOptions;
 }
 
 const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
@@ -149,8 +153,12 @@ export class WebhookServer {
   private boundPort = 0;
   private inFlight = 0;
   private idle: (() => void) | undefined;
+  private readonly options: WebhookServerOptions;
+  /** The route joined with the `join` option, once started. */
+  registration: Registration | undefined;
 
   constructor(handler: Handler, options: WebhookServerOptions) {
+    this.options = options;
     this.listener = webhookListener(handler, options);
     this.listen = options.listen ?? "127.0.0.1:0";
     this.graceSeconds = options.graceSeconds ?? 10;
@@ -193,6 +201,21 @@ export class WebhookServer {
     const address = server.address();
     this.boundPort = typeof address === "object" && address !== null ? address.port : port;
     this.server = server;
+    const join = this.options.join;
+    if (join !== undefined) {
+      this.registration = new Registration({
+        ...join,
+        address: join.address ?? advertised(this.listen, this.boundPort),
+        transport: "http",
+        logger: this.options.logger ?? console,
+      });
+      try {
+        await this.registration.start();
+      } catch (error) {
+        await this.stop(0);
+        throw error;
+      }
+    }
     return this;
   }
 
@@ -201,6 +224,7 @@ export class WebhookServer {
     const server = this.server;
     if (server === undefined) return;
     this.server = undefined;
+    await this.registration?.stop(); // siding sends nothing new once the leave is answered
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeIdleConnections();
     await new Promise<void>((resolve) => {

@@ -57,7 +57,12 @@ describe("one delivery per request", () => {
     [retry({ reason: "busy", afterSeconds: 5 }), 500, {}, "busy"],
     [backoff({ reason: "db down", afterSeconds: 2.2 }), 429, { "retry-after": "3" }, "db down"],
     [backoff(), 429, {}, "back off"],
-    [ack([{ topic: "out" }]), 500, {}, "outputs can only be answered over gRPC"],
+    [
+      ack([{ topic: "out", key: "k", value: new Uint8Array([0, 255]), headers: [{ key: "h", value: Buffer.from([1]) }] }, { topic: "out", value: null }]),
+      200,
+      { "content-type": "application/json" },
+      '{"outputs":[{"topic":"out","key_base64":"aw==","value_base64":"AP8=","headers":[{"key":"h","value_base64":"AQ=="}]},{"topic":"out"}]}',
+    ],
   ];
   for (const [reply, status, extra, body] of answers) {
     it(`answers ${reply.verdict} with ${status}`, () => {
@@ -136,7 +141,10 @@ describe("batch envelope", () => {
   });
 
   it("answers one result per delivery, per item", () => {
-    const a = batchAnswer(["a", "b", "c", "d"], [ack(), retry({ afterSeconds: 30, reason: "rate limited" }), dead("XBT"), backoff({ afterSeconds: 4, reason: "db" })]);
+    const a = batchAnswer(
+      ["a", "b", "c", "d", "e"],
+      [ack(), retry({ afterSeconds: 30, reason: "rate limited" }), dead("XBT"), backoff({ afterSeconds: 4, reason: "db" }), ack([{ topic: "out", value: "v" }])],
+    );
     assert.equal(a.status, 200);
     assert.equal(a.headers["content-type"], "application/json");
     assert.deepEqual(JSON.parse(a.body), {
@@ -145,6 +153,7 @@ describe("batch envelope", () => {
         { id: "b", verdict: "retry", after: 30, reason: "rate limited" },
         { id: "c", verdict: "dead", reason: "XBT" },
         { id: "d", verdict: "retry", after: 4, reason: "db" },
+        { id: "e", verdict: "ack", outputs: [{ topic: "out", value_base64: "dg==" }] },
       ],
     });
   });

@@ -3,6 +3,9 @@ import {
   ConsumerServer,
   type Delivery,
   type Handler,
+  Registration,
+  RegistrationError,
+  type RegistrationEvent,
   type Reply,
   WebhookServer,
   WebhookVerificationError,
@@ -35,4 +38,15 @@ export async function main(): Promise<void> {
     if (error instanceof WebhookVerificationError) console.log(error.problem satisfies string, target, url, stream + batchDeliveries);
   }
   await Promise.all([server.stop(), web.stop(1)]);
+  const events: RegistrationEvent[] = [];
+  const join = { controlUrl: "http://siding:9464", route: "orders", token: "t", onEvent: (e: RegistrationEvent) => events.push(e) };
+  const joined = await new ConsumerServer(handler, { listen: "0.0.0.0:50051", join }).start();
+  const lease = await new Registration({ ...join, address: "10.0.0.5:8080/hook", transport: "http", capacity: 200 }).start();
+  try {
+    const id: string | null = lease.consumer ?? joined.registration?.consumer ?? null;
+    console.log(id, events.map((e) => `${e.kind} ${e.status ?? ""}`));
+  } catch (error) {
+    if (error instanceof RegistrationError) console.log(error.status satisfies number);
+  }
+  await Promise.all([lease.stop({ leave: false }), joined.stop()]);
 }

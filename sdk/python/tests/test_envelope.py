@@ -126,8 +126,22 @@ def test_single_answers() -> None:
     pause = single_answer(backoff(2.5, "db down"))
     assert pause.status == 429
     assert ("retry-after", "3") in pause.headers
-    # outputs cannot travel over HTTP: never a silent ack that drops them
-    assert single_answer(ack([Output("t", value=b"x")])).status == 500
+    # an ack with outputs carries them in a JSON body (docs/outputs.md)
+    produced = single_answer(ack([Output("t", key=b"\x00", value=b"\xff", headers=(("h", b""),))]))
+    assert (produced.status, ("content-type", "application/json") in produced.headers) == (
+        200,
+        True,
+    )
+    assert json.loads(produced.body) == {
+        "outputs": [
+            {
+                "topic": "t",
+                "key_base64": "AA==",
+                "value_base64": "/w==",
+                "headers": [{"key": "h", "value_base64": ""}],
+            }
+        ]
+    }
 
 
 def test_a_batch_answer_gives_one_result_per_delivery() -> None:
@@ -137,6 +151,7 @@ def test_a_batch_answer_gives_one_result_per_delivery() -> None:
             ("a/0/2", retry(30, "later")),
             ("a/0/3", dead("bad")),
             ("a/0/4", backoff()),
+            ("a/0/5", ack([Output("t")])),
         ]
     )
     assert answer.status == 200
@@ -146,6 +161,7 @@ def test_a_batch_answer_gives_one_result_per_delivery() -> None:
             {"id": "a/0/2", "verdict": "retry", "after": 30, "reason": "later"},
             {"id": "a/0/3", "verdict": "dead", "reason": "bad"},
             {"id": "a/0/4", "verdict": "retry", "reason": "consumer asked to back off"},
+            {"id": "a/0/5", "verdict": "ack", "outputs": [{"topic": "t"}]},
         ]
     }
 

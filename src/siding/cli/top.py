@@ -21,6 +21,14 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f}"
 
 
+def _open(by_lane: dict[str, int] | None, lane: dict[str, Any]) -> str:
+    """Calls open now in ``lane`` ("-" before the first report, and for the park lane, whose
+    calls count under the lane of the record they deliver)."""
+    if by_lane is None or lane.get("lane", 0) < 0:
+        return "-"
+    return f"{by_lane.get(lane.get('label', ''), 0):,}"
+
+
 def top_view(status: dict[str, Any]) -> RenderableType:
     """Pure: one frame of ``siding top`` from a ``/status`` document."""
     healthy = status.get("healthy")
@@ -35,12 +43,13 @@ def top_view(status: dict[str, Any]) -> RenderableType:
     table = Table(box=None, pad_edge=False)
     for column in (
         "route", "lane", "rate/s", "records", "ack", "→ lane", "→ DLQ", "parked",
-        "in flight", "p50 ms", "p99 ms", "breaker", "suspects", "last batch s",
+        "in flight now", "peak", "p50 ms", "p99 ms", "breaker", "suspects", "last batch s",
     ):  # fmt: skip
         table.add_column(column, justify="left" if column in ("route", "lane") else "right")
     for route in status.get("routes", []):
         control = route.get("control") or {}
         name = route["name"] + (" (paused)" if control.get("paused") else "")
+        open_now = (((route.get("kafka") or {}).get("in_flight")) or {}).get("by_lane")
         for n, lane in enumerate(route.get("lanes", [])):
             latency = lane.get("latency_s") or {}
             breaker = lane.get("breaker", "closed")
@@ -54,6 +63,7 @@ def top_view(status: dict[str, Any]) -> RenderableType:
                 f"{lane.get('to_lane', 0):,}",
                 f"{lane.get('to_dlq', 0):,}",
                 f"{lane.get('parked', 0):,}",
+                _open(open_now, lane),
                 f"{lane.get('in_flight_last_batch', 0):,}",
                 _ms(latency.get("p50", 0.0)),
                 _ms(latency.get("p99", 0.0)),

@@ -213,7 +213,7 @@ SOURCE_KEYS = ("topic", "topics", "topic_pattern")
 # route would read its own retry lanes and DLQ as source records.
 _OWN_TOPIC_KINDS = (
     "retry-1", "retry-2", "dlq", "held", "parked",
-    "state-keys", "state-settled", "state-dlq-fate", "state-audit",
+    "state-keys", "state-settled", "state-dlq-fate", "state-audit", "state-live",
 )  # fmt: skip
 
 
@@ -247,6 +247,8 @@ class RouteConfig(BaseModel):
     max_offsets_per_trigger: Count = Field(default=10000, ge=1)
     lanes: tuple[LaneConfig, ...] = Field(default=(), max_length=MAX_LANES)
     dlq: str | None = None
+    # Topics the consumer may answer with records for (docs/outputs.md).
+    outputs: tuple[str, ...] = ()
     max_retry_after: Duration = 600.0
     max_message_bytes: Count | None = Field(default=None, ge=1)
     crash_limit: Count = Field(default=3, ge=1)
@@ -337,6 +339,21 @@ class RouteConfig(BaseModel):
             raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
         return value
 
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for topic in value:
+            if not is_legal_topic_name(topic):
+                raise ValueError(
+                    f"{topic!r} is not a legal Kafka topic name:"
+                    f" 1-{TOPIC_NAME_MAX} characters of [a-zA-Z0-9._-]"
+                )
+            if topic.startswith("siding."):
+                raise ValueError(f"{topic!r} is one of siding's own topics (siding.*)")
+        if len(set(value)) < len(value):
+            raise ValueError("a topic is listed twice")
+        return value
+
     @field_validator("endpoint", mode="before")
     @classmethod
     def _endpoints(cls, value: Any) -> Any:
@@ -369,6 +386,8 @@ class RouteConfig(BaseModel):
                     f"matches {own!r}, a topic siding writes for this route: exclude"
                     r" siding's topics, e.g. '(?!siding\.)orders-.*'",
                 )
+        if self.dlq is not None and self.dlq in self.outputs:
+            raise Problem(("outputs",), f"{self.dlq!r} is the route's DLQ")
         if self.adaptive.min_in_flight > self.max_in_flight:
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         if not self.endpoint:

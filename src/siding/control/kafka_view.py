@@ -21,11 +21,14 @@ from typing import Any
 
 from siding import naming
 from siding.config import RouteConfig
+from siding.pipeline.live import LiveReport, decode_report, in_flight_now
 from siding.routing import story
 
 log = logging.getLogger(__name__)
 
 POLL_S = 5.0
+# The workers' in-flight reports are read this often (they write about once a second).
+LIVE_S = 1.0
 LATEST_LETTERS = 10
 # Beyond this many partitions with a backlog, a lane's next due time is read from the first
 # ones only: one record read per partition per poll.
@@ -80,6 +83,9 @@ class RouteKafka:
     # Records per second arriving at the source topic, between the last two polls.
     offered_per_s: float | None = None
     error: str | None = None
+    # Calls open at the consumers now, by lane label (siding.pipeline.live), and when read.
+    in_flight: tuple[tuple[str, int], ...] = ()
+    in_flight_at_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,7 @@ class RouteTopics:
     lanes: tuple[tuple[str, str], ...]  # (label, topic): retry lanes, then the park lane
     dlq: str
     pattern: str | None = None  # topic_pattern: its matching topics are looked up each poll
+    live: str = ""  # the workers' in-flight reports
 
     def source_topics(self, existing: Iterable[str]) -> tuple[str, ...]:
         """Pure: the source topics to poll, given the names of the topics that exist."""
@@ -114,6 +121,15 @@ def route_topics(route: RouteConfig) -> RouteTopics:
         tuple(lanes),
         naming.route_dlq(route),
         route.topic_pattern,
+        naming.state_topic(route.name, naming.LIVE),
+    )
+
+
+def in_flight_by_label(reports: Iterable[LiveReport], now_ms: int) -> tuple[tuple[str, int], ...]:
+    """Pure: the calls open now, by lane label in lane order (main, retry lanes; the park
+    lane's own calls count under the lane of the record they deliver)."""
+    return tuple(
+        (naming.lane_label(k), n) for k, n in sorted(in_flight_now(reports, now_ms).items())
     )
 
 
@@ -223,7 +239,9 @@ class KafkaView:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _live_thread: threading.Thread | None = None
     _clients: dict[str, _Clients] = field(default_factory=dict)
+    _live: dict[str, _LiveReports] = field(default_factory=dict)
 
     def facts(self, route: str) -> RouteKafka | None:
         with self._lock:
@@ -240,18 +258,26 @@ class KafkaView:
     def start(self) -> KafkaView:
         self._thread = threading.Thread(target=self._run, name="siding-kafka-view", daemon=True)
         self._thread.start()
+        self._live_thread = threading.Thread(
+            target=self._run_live, name="siding-kafka-view-live", daemon=True
+        )
+        self._live_thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        for thread in (self._thread, self._live_thread):
+            if thread is not None:
+                thread.join(10)
+        self._thread = self._live_thread = None
         for clients in self._clients.values():
             for consumer in (clients.group, clients.reader):
                 with contextlib.suppress(Exception):  # closing on the way out
                     consumer.close()
         self._clients.clear()
+        for follower in self._live.values():
+            follower.close()
+        self._live.clear()
 
     def poll_once(self) -> None:
         """One poll of every route (the thread calls this; tests may too)."""
@@ -262,19 +288,57 @@ class KafkaView:
                 log.debug("kafka view: %s: %s", topics.route, exc)
                 with self._lock:
                     old = self._facts.get(topics.route, RouteKafka())
-                self._store(topics.route, _with_error(old, str(exc)))
+                    self._facts[topics.route] = _with_error(old, str(exc))
             else:
-                before = self.facts(topics.route)
-                self._store(topics.route, replace(facts, offered_per_s=offered_rate(before, facts)))
+                with self._lock:  # the live thread writes its part of the facts too
+                    before = self._facts.get(topics.route)
+                    facts = replace(facts, offered_per_s=offered_rate(before, facts))
+                    if before is not None:  # what the live reads found stays
+                        facts = replace(
+                            facts,
+                            in_flight=before.in_flight,
+                            in_flight_at_ms=before.in_flight_at_ms,
+                        )
+                    self._facts[topics.route] = facts
 
-    def _store(self, route: str, facts: RouteKafka) -> None:
-        with self._lock:
-            self._facts[route] = facts
+    def poll_live(self) -> None:
+        """Read the workers' newest in-flight reports of every route (cheap: one small topic)."""
+        now_ms = int(self.clock() * 1000)
+        routes = list(self.routes)
+        for gone in set(self._live) - {topics.route for topics in routes}:
+            self._live.pop(gone).close()  # a route deleted at runtime
+        for topics in routes:
+            if not topics.live:
+                continue
+            follower = self._live.get(topics.route)
+            try:
+                if follower is None or follower.topic != topics.live:
+                    follower = self._live[topics.route] = _LiveReports(
+                        self.client_conf, topics.live
+                    )
+                follower.read()
+            except Exception as exc:  # not created yet, or Kafka away: the last reports stand
+                log.debug("kafka view: %s in flight: %s", topics.route, exc)
+                if follower is None:
+                    continue
+            with self._lock:
+                old = self._facts.get(topics.route, RouteKafka())
+                self._facts[topics.route] = replace(
+                    old,
+                    in_flight=in_flight_by_label(follower.reports.values(), now_ms),
+                    in_flight_at_ms=now_ms,
+                )
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.poll_once()
             self._stop.wait(self.interval_s)
+
+    def _run_live(self) -> None:
+        # Its own thread: a slow poll of lag and letters must not hold the live count back.
+        while not self._stop.is_set():
+            self.poll_live()
+            self._stop.wait(LIVE_S)
 
     def _consumers(self, topics: RouteTopics) -> _Clients:
         from confluent_kafka import Consumer
@@ -352,6 +416,27 @@ class KafkaView:
                 for r in _read_range(reader, topic, p, start, int(high))
             )
         return size, latest_first(letters)
+
+
+class _LiveReports:
+    """The newest report of each worker process, from a route's ``live`` topic."""
+
+    def __init__(self, client_conf: Mapping[str, object], topic: str) -> None:
+        from siding.kafka.tail import TopicTail
+
+        self.topic = topic
+        self._tail = TopicTail(client_conf, topic)
+        self.reports: dict[str, LiveReport] = {}
+
+    def read(self) -> None:
+        for key, value in self._tail.read_new(READ_TIMEOUT_S):
+            report = decode_report(key, value)
+            if report is not None:
+                self.reports[report.worker] = report
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing on the way out
+            self._tail.close()
 
 
 def _read_one(reader: Any, topic: str, partition: int, offset: int) -> Any:

@@ -55,6 +55,12 @@ class SnapshotCollector(Collector):
             labels=[*_LABELS, "outcome"],
         )
         batches = CounterMetricFamily("siding_batches", "Micro-batches completed.", labels=_LABELS)
+        outputs = CounterMetricFamily(
+            "siding_outputs",
+            "Output records produced for consumers' answers (docs/outputs.md), counted when"
+            " their input is done.",
+            labels=_LABELS,
+        )
         sends = CounterMetricFamily("siding_sends", "Deliveries sent to consumers.", labels=_LABELS)
         answers = CounterMetricFamily(
             "siding_answers", "Consumer answers by kind.", labels=[*_LABELS, "kind"]
@@ -106,6 +112,7 @@ class SnapshotCollector(Collector):
             for outcome, n in _outcomes(lane).items():
                 records.add_metric([*labels, outcome], n)
             batches.add_metric(labels, lane.batches)
+            outputs.add_metric(labels, lane.outputs)
             sends.add_metric(labels, lane.sends)
             for kind, n in lane.outcomes.items():
                 answers.add_metric([*labels, kind.value], n)
@@ -126,7 +133,7 @@ class SnapshotCollector(Collector):
             for state in BreakerState:
                 breaker.add_metric([*labels, state.value], 1.0 if lane.breaker is state else 0.0)
         yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch)
-        yield from (suspects, isolations, convictions, holdouts, breaker)
+        yield from (suspects, isolations, convictions, holdouts, breaker, outputs)
         up = GaugeMetricFamily(
             "siding_query_up",
             "1 while the streaming query (a route's lane) runs, 0 once it stopped (see /status).",
@@ -159,6 +166,11 @@ def kafka_families(routes: Sequence[str], kafka: KafkaFacts, now_ms: int) -> Ite
     dlq = GaugeMetricFamily(
         "siding_dlq_records", "Records in the route's dead-letter topic.", labels=["route"]
     )
+    in_flight = GaugeMetricFamily(
+        "siding_in_flight",
+        "Calls open at the consumers now, summed over every worker (parked calls included).",
+        labels=_LABELS,
+    )
     for route in routes:
         facts = kafka(route)
         if facts is None:
@@ -170,7 +182,12 @@ def kafka_families(routes: Sequence[str], kafka: KafkaFacts, now_ms: int) -> Ite
             if lane.next_due_ms is not None:
                 due.add_metric([route, lane.label], (lane.next_due_ms - now_ms) / 1000)
         dlq.add_metric([route], facts.dlq_size)
-    yield from (lag, backlog, due, dlq)
+        if facts.in_flight_at_ms:
+            open_now = dict(facts.in_flight)
+            # Every lane is shown, 0 included, so a dashboard sees the series go to 0.
+            for label in dict.fromkeys([naming.lane_label(0), *open_now]):
+                in_flight.add_metric([route, label], open_now.get(label, 0))
+    yield from (lag, backlog, due, dlq, in_flight)
 
 
 def metrics_registry(

@@ -53,6 +53,7 @@ def lane_document(lane: int, metrics: LaneMetrics, rate: float) -> dict[str, Any
         "to_dlq": metrics.to_dlq,
         "parked": metrics.parked,
         "held": metrics.held,
+        "outputs": metrics.outputs,
         "batches": metrics.batches,
         "rate_per_s": round(rate, 3),
         "last_batch_s": round(metrics.last_batch_s, 3),
@@ -95,6 +96,12 @@ def kafka_document(facts: RouteKafka) -> dict[str, Any]:
         "polled_at_ms": facts.polled_at_ms,
         "offered_per_s": None if facts.offered_per_s is None else round(facts.offered_per_s, 3),
         "error": facts.error,
+        # Calls open at the consumers now, summed over every worker (siding.pipeline.live).
+        "in_flight": {
+            "total": sum(n for _, n in facts.in_flight),
+            "by_lane": dict(facts.in_flight),
+            "at_ms": facts.in_flight_at_ms,
+        },
         "lag": sum(p.lag for p in facts.partitions),
         "partitions": [asdict(p) for p in partitions],
         "lanes": [asdict(lane) for lane in facts.lanes],
@@ -126,6 +133,7 @@ def status_document(
             "name": route,
             "delivered": sum(lane["acked"] for lane in lanes),
             "dead_lettered": sum(lane["to_dlq"] for lane in lanes),
+            "outputs": sum(lane["outputs"] for lane in lanes),
             "lanes": lanes,
         }
         facts = kafka(route) if kafka is not None else None

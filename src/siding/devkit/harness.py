@@ -85,6 +85,7 @@ class Totals:
     to_dlq: int = 0
     parked: int = 0
     held: int = 0
+    outputs: int = 0
     batches: int = 0
     hosts: set[tuple[str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -99,6 +100,7 @@ class Totals:
                 self.to_dlq += r.to_dlq
                 self.parked += r.parked
                 self.held += r.held
+                self.outputs += r.outputs
                 if r.records:
                     self.hosts.add((r.host, r.pid))
 

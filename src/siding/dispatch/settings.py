@@ -36,6 +36,8 @@ class DispatchSettings:
     # processes see the consumer come back at the same moment, and their suspects must not go
     # out together again (an innocent would share a pill's lone deaths).
     suspect_spread_s: float = 2.0
+    # The topics an answer may write outputs to (docs/outputs.md); () for none.
+    outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.crash_limit < 1:

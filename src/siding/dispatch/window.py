@@ -31,6 +31,7 @@ from siding.model import Ordering, Outcome, OutcomeKind
 from siding.policy import Backoff, Stop, ToDlq, ToLane, next_step
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
+from siding.transport.outputs import screen_outputs
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +340,8 @@ class _Window:
             if not net.expired():
                 raise
             outcome = outcome_from_timeout(deadline_s)
+        # Here, so that a parked call's answer is screened like the others.
+        outcome = screen_outputs(outcome, self._settings.outputs)
         return outcome, time.monotonic() - started
 
     def _take_answers(self) -> None:

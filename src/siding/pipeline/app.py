@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 # Settlements are short-lived: tombstones need not outlive an hour.
 _SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "3600000"}
+# Workers' in-flight reports (siding.pipeline.live): only the last hour's are of any use.
+_LIVE = {"cleanup.policy": "compact,delete", "retention.ms": "3600000", "segment.ms": "600000"}
 # Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
 SIDE_LANE_TRIGGER_S = 0.5
 
@@ -284,11 +286,17 @@ class Application:
         specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+        specs.append(TopicSpec(naming.state_topic(route.name, naming.LIVE), 1, _LIVE))
         if self._held_topics(route):
             specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))
         if route.parks or naming.park_topic(route.name) in present:
             specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
             specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
+        if missing := [t for t in route.outputs if t not in present]:
+            raise RouteFailed(
+                f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
+                " (siding does not create output topics: docs/outputs.md)"
+            )
         ensure_topics(admin, specs)
         return partitions
 

@@ -36,6 +36,8 @@ class LaneMetrics:
     to_dlq: int = 0
     parked: int = 0
     held: int = 0
+    # Output records produced for the lane's finished records (docs/outputs.md).
+    outputs: int = 0
     batches: int = 0
     sends: int = 0
     outcomes: Mapping[OutcomeKind, int] = field(default_factory=dict)
@@ -143,6 +145,7 @@ def fold_batch(
         to_dlq=current.to_dlq + sum(r.to_dlq for r in results),
         parked=current.parked + sum(r.parked for r in results),
         held=current.held + sum(r.held for r in results),
+        outputs=current.outputs + sum(r.outputs for r in results),
         batches=current.batches + 1,
         sends=current.sends + sum(s.sends for s in stats),
         outcomes=outcomes,

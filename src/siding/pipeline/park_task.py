@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from siding.dispatch import Settled, Work
@@ -93,7 +94,11 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     if out:
         runtime().producer(plan.client_conf).write(out)
     used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
-    return tally(settled, stats=stats, used_tokens=used, dead_reasons=dead_reasons(settled))
+    result = tally(settled, stats=stats, used_tokens=used, dead_reasons=dead_reasons(settled))
+    # A parked call's outputs were written by the worker before its settlement: counted here,
+    # when the park lane finishes the record (docs/outputs.md).
+    written = sum(plan.settlements[token].outputs for token in used)
+    return replace(result, outputs=result.outputs + written)
 
 
 def settle_partition(plan: TaskPlan) -> Any:

@@ -42,6 +42,8 @@ class TaskPlan:
     registry_topic: str = ""
     # A file that appears when a draining stop begins (siding.pipeline.drain); "" for none.
     drain_file: str = ""
+    # Where the workers report their calls in flight now (siding.pipeline.live); "" for nowhere.
+    live_topic: str = ""
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -74,6 +76,7 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
             ceiling_s=route.park.ceiling,
         ),
         crash_limit=route.crash_limit,
+        outputs=route.outputs,
     )
 
 
@@ -123,4 +126,5 @@ def build_plan(
         breaker_epoch=breaker_epoch,
         registry_topic=registry_topic if route.takes_registrations else "",
         drain_file=drain_file,
+        live_topic=naming.state_topic(route.name, naming.LIVE),
     )

@@ -36,6 +36,7 @@ from siding.pipeline.plan import TaskPlan
 from siding.pipeline.rows import Incoming, incoming, too_large
 from siding.pipeline.worker import POOL, runtime
 from siding.policy import Done, ToDlq, ToLane
+from siding.routing.outputs import output_records
 from siding.routing.producer import OutRecord
 from siding.routing.records import (
     dlq_record,
@@ -48,6 +49,8 @@ from siding.transport.base import Transport
 
 _DUE_SLACK_MS = 1000
 DRAIN_POLL_S = 0.1
+# An in-flight report is best effort: it waits this long for Kafka, then the next one replaces it.
+LIVE_WRITE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class TaskResult:
     # (token, not-before ms) of the calls this task parked still running: a draining stop waits
     # for their settlements (siding.pipeline.drain).
     running_parked: tuple[tuple[str, int], ...] = ()
+    # Output records produced for the records this task finished (docs/outputs.md).
+    outputs: int = 0
 
 
 def route_out(
@@ -79,7 +84,10 @@ def route_out(
     for item in settled:
         delivery, step = item.work.delivery, item.step
         before = hops.get(delivery.id, ())
-        if isinstance(step, ToLane):
+        if isinstance(step, Done):
+            # Written with the lane records, acknowledged before the task returns (outputs.md).
+            out += output_records(delivery, step.outputs, plan.route.name)
+        elif isinstance(step, ToLane):
             out.append(
                 lane_record(
                     delivery,
@@ -300,6 +308,7 @@ def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
         to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
         to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
         held=sum(1 for s in settled if isinstance(s.step, Held)),
+        outputs=sum(len(s.step.outputs) for s in settled if isinstance(s.step, Done)),
         pid=os.getpid(),
         host=socket.gethostname(),
         **extra,
@@ -330,6 +339,10 @@ def deliver(
         transport, breaker, timer = rt.endpoint(
             route, endpoint, settings.breaker, route.max_in_flight, plan.breaker_epoch
         )
+    if plan.live_topic:
+        transport = rt.live.counting(route.name, transport)
+        reports = rt.producer(plan.client_conf, use="live")
+        rt.live.report_to(route.name, plan.live_topic, lambda out: reports.write(out, LIVE_WRITE_S))
     running = rt.parked.count(key)
     if running:
         settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))
@@ -346,7 +359,7 @@ def deliver(
     )
     if report.parked:
         writer = rt.producer(plan.client_conf, use="settlements").write
-        adoption = Adoption(key, plan.settle_topic, timer, breaker, writer)
+        adoption = Adoption(key, plan.settle_topic, timer, breaker, writer, route.name)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
 

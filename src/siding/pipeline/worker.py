@@ -17,6 +17,7 @@ from siding.config import Endpoint, RouteConfig
 from siding.dispatch import BreakerSettings, CircuitBreaker, ParkTimer
 from siding.dispatch.breaker import BreakerState
 from siding.kafka.tail import TopicTail
+from siding.pipeline.live import LiveCalls
 from siding.pipeline.parked import ParkedCalls
 from siding.registry import MemberFeed
 from siding.registry.join import DEFAULT_CAPACITY
@@ -66,9 +67,11 @@ class WorkerRuntime:
     )
     feeds: dict[tuple[str, tuple[tuple[str, str], ...]], MemberFeed] = field(default_factory=dict)
     parked: ParkedCalls = field(init=False)
+    live: LiveCalls = field(init=False)
 
     def __post_init__(self) -> None:
         self.parked = ParkedCalls(self.loop)
+        self.live = LiveCalls(self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the worker's loop and wait for it (from a task's thread)."""

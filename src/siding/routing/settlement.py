@@ -18,6 +18,8 @@ class Settlement:
     token: str
     outcome: Outcome
     answered_ms: int
+    # Output records the worker wrote for this answer before the settlement (docs/outputs.md).
+    outputs: int = 0
 
 
 def settlement_record(topic: str, settlement: Settlement) -> OutRecord:
@@ -29,6 +31,7 @@ def settlement_record(topic: str, settlement: Settlement) -> OutRecord:
         "no_answer": outcome.no_answer,
         "lost": outcome.lost,
         "answered_ms": settlement.answered_ms,
+        "outputs": settlement.outputs,
     }
     return OutRecord(
         topic, settlement.token.encode(), json.dumps(value, separators=(",", ":")).encode(), ()
@@ -50,4 +53,9 @@ def decode(key: bytes, value: bytes) -> Settlement:
         no_answer=bool(data.get("no_answer", False)),
         lost=bool(data.get("lost", False)),
     )
-    return Settlement(key.decode(), outcome, int(data.get("answered_ms") or 0))
+    return Settlement(
+        key.decode(),
+        outcome,
+        int(data.get("answered_ms") or 0),
+        int(data.get("outputs") or 0),
+    )

@@ -23,6 +23,7 @@ from siding.transport.http import (
     rfc3339,
 )
 from siding.transport.outcomes import outcome_from_http, outcome_from_result
+from siding.transport.outputs import with_outputs
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 NO_RESULT = "no result for this delivery in the batch answer"
@@ -173,7 +174,10 @@ def item_outcome(item: Mapping[str, Any]) -> Outcome:
         return Outcome(OutcomeKind.RETRY, f"{NO_RESULT} (unknown verdict {named!r})")
     reason = item.get("reason")
     text = reason if isinstance(reason, str) else ""
-    return outcome_from_result(Result(str(item["id"]), verdict, _seconds(item.get("after")), text))
+    outcome = outcome_from_result(
+        Result(str(item["id"]), verdict, _seconds(item.get("after")), text)
+    )
+    return with_outputs(outcome, item, f"results[{item['id']!r}].outputs")
 
 
 def _seconds(after: object) -> float | None:

@@ -20,6 +20,7 @@ from siding.v1 import consumer_pb2
 
 # One conversion for the SDK and the proxy: the SDK's.
 from siding_consumer.wire import delivery_from_proto as delivery_from_proto  # noqa: PLC0414
+from siding_consumer.wire import output_from_proto
 
 ChannelOption = tuple[str, int | str]
 Metadata = tuple[tuple[str, str], ...]
@@ -82,28 +83,19 @@ def result_to_proto(result: Result) -> consumer_pb2.Result:
 
 
 def result_from_proto(message: consumer_pb2.Result) -> Result:
-    """A ``Result`` message as the model's ``Result``.
+    """A ``Result`` message as the model's ``Result``, with its outputs (docs/outputs.md).
 
     A missing or unknown verdict is a consumer bug: it becomes RETRY, so the message is neither
     lost (ACK) nor dead-lettered for something that is not its fault.
-
-    An answer carrying output records (consume-and-produce, ``Result.outputs``) becomes RETRY
-    with a reason: siding does not produce outputs yet, and acking would drop them silently.
     """
     verdict = _VERDICT_FROM_PROTO.get(message.verdict)
     reason = message.reason
     if verdict is None:
         verdict = Verdict.RETRY
         reason = reason or f"consumer answered without a verdict ({int(message.verdict)})"
-    if message.outputs:
-        verdict = Verdict.RETRY
-        reason = (
-            f"the answer carries {len(message.outputs)} output record(s), and this route"
-            " produces none (consume-and-produce is not supported yet): not acked, so they are"
-            " not lost"
-        )
     retry_after = message.retry_after_seconds if message.HasField("retry_after_seconds") else None
-    return Result(message.delivery_id, verdict, retry_after, reason)
+    outputs = tuple(output_from_proto(o) for o in message.outputs)
+    return Result(message.delivery_id, verdict, retry_after, reason, outputs)
 
 
 def call_metadata(token: str | None) -> Metadata:

@@ -26,6 +26,7 @@ from siding.transport.outcomes import (
     outcome_from_lost_connection,
     outcome_from_timeout,
 )
+from siding.transport.outputs import MAX_OUTPUTS_BYTES, ack_from_body, is_json
 from siding.transport.tls import ClientTls
 
 DEFAULT_SOURCE = "kafka://{topic}"
@@ -233,6 +234,9 @@ class HttpTransport:
                 timeout=self._timeout(deadline_s),
             ) as response:
                 outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
+                if outcome.kind is OutcomeKind.ACK and is_json(response.content_type):
+                    body, complete = await read_body(response, MAX_OUTPUTS_BYTES)
+                    return ack_from_body(response.content_type, body, complete)
                 text = await _read_excerpt(response, self._max_response_bytes)
         except (aiohttp.ClientError, TimeoutError) as error:
             return outcome_from_request_error(error, deadline_s)

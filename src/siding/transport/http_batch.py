@@ -32,12 +32,14 @@ from siding.transport.http import (
     read_body,
 )
 from siding.transport.outcomes import outcome_from_connection_error, outcome_from_timeout
+from siding.transport.outputs import MAX_OUTPUTS_BYTES
 from siding.transport.tls import ClientTls
 
 log = logging.getLogger(__name__)
 
-# A per-delivery answer for 1,000 deliveries with long reasons fits; a longer one is not read.
-DEFAULT_MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# A per-delivery answer for 1,000 deliveries, with their outputs (docs/outputs.md), fits; a
+# longer one is not read.
+DEFAULT_MAX_ANSWER_BYTES = MAX_OUTPUTS_BYTES
 # No answer is due before the last deadline of a batch; a POST never waits less than this.
 _MIN_TIMEOUT_S = 0.001
 

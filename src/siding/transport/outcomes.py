@@ -71,7 +71,7 @@ _GRPC_ACK = frozenset({grpc.StatusCode.OK, grpc.StatusCode.ALREADY_EXISTS})
 def outcome_from_result(result: Result) -> Outcome:
     """A consumer's explicit ``Result`` message."""
     if result.verdict is Verdict.ACK:
-        return ACK
+        return Outcome(OutcomeKind.ACK, outputs=result.outputs) if result.outputs else ACK
     if result.verdict is Verdict.DEAD:
         return Outcome(OutcomeKind.DEAD, result.reason or "consumer answered DEAD")
     return Outcome(

@@ -1,50 +1,42 @@
-// A consumer instance written in another language for tests/e2e/test_registration.py: an HTTP
-// webhook server (Node's own http module, no packages) that joins a siding route through the
-// control API, renews its lease every second and leaves on SIGTERM (docs/registration.md).
+// A consumer instance written in another language for tests/e2e/test_registration.py: the Node
+// SDK's webhook server (sdk/node, built by `make setup`), which joins a siding route with the
+// `join` option, renews its lease every lease/3 and leaves on SIGTERM (docs/registration.md).
 //
 //   node registered_consumer.mjs CONTROL_URL ROUTE TOKEN RECORD_FILE
 //
-// Each delivery is answered 204 and recorded as "id,attempt,receive_time_s" in RECORD_FILE;
-// every join, renewal and leave answer that is not a 2xx is printed as "registry <what> <code>".
+// Each delivery is acked and recorded as "id,attempt,receive_time_s" in RECORD_FILE; every
+// registration event but a join or a leave is printed as "registry <kind> <status>".
 import { appendFileSync } from "node:fs";
-import { createServer } from "node:http";
+import { WebhookServer, ack } from "../../../sdk/node/dist/index.js";
 
 const [controlUrl, route, token, recordFile] = process.argv.slice(2);
-const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
-const consumers = `${controlUrl}/routes/${route}/consumers`;
-let lease = null;
+const quiet = { info: () => {}, warn: () => {} };
 
-const server = createServer((request, response) => {
-  request.resume();
-  request.on("end", () => {
-    const id = request.headers["ce-id"];
-    const attempt = request.headers["siding-attempt"];
-    appendFileSync(recordFile, `${id},${attempt},${(Date.now() / 1000).toFixed(6)}\n`);
-    response.writeHead(204).end();
-  });
-});
+const server = new WebhookServer(
+  (delivery) => {
+    appendFileSync(recordFile, `${delivery.id},${delivery.attempt},${(Date.now() / 1000).toFixed(6)}\n`);
+    return ack();
+  },
+  {
+    listen: "127.0.0.1:0",
+    secret: null,
+    logger: quiet,
+    join: {
+      controlUrl,
+      route,
+      token,
+      capacity: 100,
+      onEvent: (e) => {
+        if (e.kind !== "joined" && e.kind !== "left") console.log(`registry ${e.kind} ${e.status}`);
+      },
+    },
+  },
+);
 
-async function call(what, method, url, body) {
-  try {
-    const answer = await fetch(url, { method, headers, body: body && JSON.stringify(body) });
-    if (!answer.ok) console.log(`registry ${what} ${answer.status}`);
-    return answer.ok ? await answer.json() : null;
-  } catch (error) {
-    console.log(`registry ${what} unreachable`); // siding restarting: try again next time
-    return null;
-  }
-}
-
-server.listen(0, "127.0.0.1", async () => {
-  const port = server.address().port;
-  lease = await call("join", "POST", consumers, {
-    address: `127.0.0.1:${port}/deliver`, transport: "http", capacity: 100,
-  });
-  console.log(`ready port=${port} consumer=${lease && lease.consumer}`);
-  setInterval(() => call("renew", "PUT", `${consumers}/${lease.consumer}`), 1000);
-});
+await server.start();
+console.log(`ready port=${server.port} consumer=${server.registration?.consumer ?? null}`);
 
 process.on("SIGTERM", async () => {
-  if (lease) await call("leave", "DELETE", `${consumers}/${lease.consumer}`);
+  await server.stop(); // leaves the route first
   process.exit(0);
 });

@@ -23,12 +23,23 @@ For tests and embedding, the same server as an async context manager::
     async with ConsumerServer(handle, listen="127.0.0.1:0") as server:
         ...  # siding (or a test) reaches it at server.target
 
+To join a route of siding's (docs/registration.md) instead of being listed in its config::
+
+    serve(handle, listen="0.0.0.0:50051",
+          join=Join("http://siding:9464", "orders", token=os.environ["ORDERS_JOIN_TOKEN"]))
+
 Webhook consumers run ``WebhookApp(handle, secret)`` under any ASGI server, or verify requests
 themselves with ``verify_webhook`` (or the ``WebhookVerifier`` ASGI middleware).
 """
 
 from siding_consumer.errors import ConfigError, SidingError
 from siding_consumer.model import Delivery, Output, Verdict
+from siding_consumer.registration import (
+    Join,
+    Registration,
+    RegistrationError,
+    RegistrationEvent,
+)
 from siding_consumer.reply import (
     DeadLetter,
     Handler,
@@ -53,7 +64,11 @@ __all__ = [
     "DeadLetter",
     "Delivery",
     "Handler",
+    "Join",
     "Output",
+    "Registration",
+    "RegistrationError",
+    "RegistrationEvent",
     "Reply",
     "SidingError",
     "Verdict",

@@ -20,6 +20,7 @@ from typing import Any
 
 from siding_consumer.errors import SidingError
 from siding_consumer.model import Delivery, Verdict
+from siding_consumer.outputs import outputs_to_json
 from siding_consumer.reply import Reply
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
@@ -199,10 +200,13 @@ def _timestamp_ms(text: object, where: str) -> int:
 
 
 def single_answer(reply: Reply) -> HttpAnswer:
-    """The response to a one-delivery request: 200 acks, 429 (with ``Retry-After``) backs off,
-    500 retries from the next lane (its ``after`` cannot be said), 422 dead-letters."""
-    reply = _over_http(reply)
+    """The response to a one-delivery request: 200 acks (with a JSON body ``{"outputs": [...]}``
+    when the ack carries outputs, docs/outputs.md), 429 (with ``Retry-After``) backs off, 500
+    retries from the next lane (its ``after`` cannot be said), 422 dead-letters."""
     reason = reply.reason.encode()
+    if reply.verdict is Verdict.ACK and reply.outputs:
+        body = json.dumps({"outputs": outputs_to_json(reply.outputs)}, separators=(",", ":"))
+        return HttpAnswer(200, (("content-type", "application/json"),), body.encode())
     if reply.verdict is Verdict.ACK:
         return HttpAnswer(200)
     if reply.backoff:
@@ -225,16 +229,10 @@ def batch_answer(replies: Iterable[tuple[str, Reply]]) -> HttpAnswer:
     return HttpAnswer(200, (("content-type", "application/json"),), body)
 
 
-def _over_http(reply: Reply) -> Reply:
-    """Outputs travel over gRPC only: a reply carrying them is not taken as a plain ack."""
-    if reply.outputs:
-        return Reply(Verdict.RETRY, None, "outputs can only be answered over gRPC")
-    return reply
-
-
 def _result(delivery_id: str, reply: Reply) -> dict[str, Any]:
-    reply = _over_http(reply)
     out: dict[str, Any] = {"id": delivery_id, "verdict": reply.verdict.value}
+    if reply.verdict is Verdict.ACK and reply.outputs:
+        out["outputs"] = outputs_to_json(reply.outputs)
     if reply.verdict is Verdict.RETRY and reply.retry_after_s is not None:
         out["after"] = reply.retry_after_s
     if reply.reason:

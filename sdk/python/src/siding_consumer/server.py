@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
 from siding_consumer.errors import SidingError
+from siding_consumer.registration import Join, Registration, advertised
 from siding_consumer.reply import CALL, Handler, call_handler
 from siding_consumer.v1 import consumer_pb2, consumer_pb2_grpc
 from siding_consumer.wire import CONSUMER_SERVICE, delivery_from_proto, reply_to_proto
@@ -207,7 +208,8 @@ class ConsumerServer:
     ``start()``/``stop()``. Health checking answers SERVING until ``stop`` begins.
 
     ``listen`` is ``host:port``; port 0 picks a free one (see ``port``/``target``). TLS is on
-    when both ``tls_cert_file`` and ``tls_key_file`` (PEM) are given.
+    when both ``tls_cert_file`` and ``tls_key_file`` (PEM) are given. With ``join``, the server
+    joins that siding route once it listens and leaves it first thing on ``stop``.
     """
 
     def __init__(
@@ -219,6 +221,7 @@ class ConsumerServer:
         tls_cert_file: str | None = None,
         tls_key_file: str | None = None,
         options: tuple[ServerOption, ...] = (),
+        join: Join | None = None,
     ) -> None:
         if (tls_cert_file is None) != (tls_key_file is None):
             raise SidingError("TLS needs both tls_cert_file and tls_key_file")
@@ -231,6 +234,8 @@ class ConsumerServer:
         self._servicer: _ConsumerServicer | None = None
         self._health: Any = None  # grpc_health ships no type information
         self._port = 0
+        self._join = join
+        self.registration: Registration | None = None
 
     @property
     def port(self) -> int:
@@ -261,6 +266,24 @@ class ConsumerServer:
             raise SidingError(f"cannot listen on {self.listen}: {exc}") from exc
         await server.start()
         self._server = server
+        if self._join is not None:
+            try:
+                await self._register(self._join)
+            except BaseException:
+                await self.stop(0)
+                raise
+
+    async def _register(self, join: Join) -> None:
+        self.registration = Registration(
+            join.control_url,
+            join.route,
+            join.token,
+            join.address or advertised(self.listen, self._port),
+            transport="grpcs" if self._tls else "grpc",
+            capacity=join.capacity,
+            on_event=join.on_event,
+        )
+        await asyncio.to_thread(self.registration.start)
 
     def _bind(self, server: grpc.aio.Server) -> int:
         if self._tls is None:
@@ -275,6 +298,8 @@ class ConsumerServer:
         if server is None:
             return
         assert self._servicer is not None
+        if self.registration is not None:  # leave first: siding sends nothing new after
+            await asyncio.to_thread(self.registration.stop)
         await self._health.enter_graceful_shutdown()
         self._servicer.drain()
         await server.stop(self.grace_s if grace_s is None else grace_s)
@@ -323,8 +348,10 @@ def serve(
     grace_s: float = 10.0,
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
+    join: Join | None = None,
 ) -> None:
-    """Serve ``handler`` until SIGTERM or Ctrl-C, then stop gracefully. Blocks."""
+    """Serve ``handler`` until SIGTERM or Ctrl-C, then stop gracefully. Blocks. With ``join``,
+    the service joins that siding route while it runs (``Join``)."""
 
     async def main() -> None:
         server = ConsumerServer(
@@ -333,6 +360,7 @@ def serve(
             grace_s=grace_s,
             tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file,
+            join=join,
         )
         async with server:
             log.info("siding consumer listening on %s", server.target)

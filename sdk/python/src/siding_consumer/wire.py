@@ -43,6 +43,15 @@ def output_to_proto(output: Output) -> consumer_pb2.Output:
     return message
 
 
+def output_from_proto(message: consumer_pb2.Output) -> Output:
+    return Output(
+        topic=message.topic,
+        key=message.key if message.HasField("key") else None,
+        value=message.value if message.HasField("value") else None,
+        headers=tuple((h.key, h.value) for h in message.headers),
+    )
+
+
 def reply_to_proto(reply: Reply, delivery_id: str) -> consumer_pb2.Result:
     message = consumer_pb2.Result(
         delivery_id=delivery_id,

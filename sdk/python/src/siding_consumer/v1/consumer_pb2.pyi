@@ -217,8 +217,9 @@ class Result(_message.Message):
     def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Output]:
         """ACK only (consume-and-produce): records siding writes to Kafka before the input counts as
         done. Each topic must be listed in the route's `outputs`; an answer naming any other topic
-        is turned into a RETRY with a reason. siding adds a header `siding.output.id` =
-        "<delivery id>#<index>" to every output, stable across redeliveries, for deduplication.
+        is turned into a RETRY with a reason. siding adds a header `siding.output-id` =
+        "<delivery id>/<index>" to every output, stable across redeliveries, for deduplication
+        (docs/outputs.md).
         """
 
     def __init__(

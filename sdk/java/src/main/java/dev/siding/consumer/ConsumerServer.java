@@ -62,6 +62,8 @@ public final class ConsumerServer implements AutoCloseable {
   private int unaryInFlight; // guarded by idle
   private volatile boolean draining;
   private Server server;
+  private final Registration.Builder join;
+  private Registration registration;
 
   private ConsumerServer(Builder b) {
     this.handler = b.handler;
@@ -73,6 +75,7 @@ public final class ConsumerServer implements AutoCloseable {
     this.certFile = b.certFile;
     this.keyFile = b.keyFile;
     this.maxInboundMessageBytes = b.maxInboundMessageBytes;
+    this.join = b.join;
   }
 
   public static Builder builder(Handler handler) {
@@ -125,7 +128,21 @@ public final class ConsumerServer implements AutoCloseable {
       throw new IOException("cannot listen on " + host + ":" + requestedPort + ": " + e.getMessage(), e);
     }
     server = built;
+    if (join != null) {
+      registration = join.buildFor(host, built.getPort(), certFile != null ? "grpcs" : "grpc");
+      try {
+        registration.start();
+      } catch (RegistrationException e) {
+        stop(Duration.ZERO);
+        throw e;
+      }
+    }
     return this;
+  }
+
+  /** The route joined with {@link Builder#join}, once started; null without one. */
+  public synchronized Registration registration() {
+    return registration;
   }
 
   /** The port bound (useful with port 0). */
@@ -153,6 +170,13 @@ public final class ConsumerServer implements AutoCloseable {
 
   /** Take no more deliveries; give those in flight {@code grace} to finish, then cancel them. */
   public void stop(Duration grace) {
+    Registration joined;
+    synchronized (this) {
+      joined = registration;
+    }
+    if (joined != null) {
+      joined.stop(); // leave first: siding sends nothing new once the leave is answered
+    }
     Server running;
     synchronized (this) {
       running = server;
@@ -338,6 +362,7 @@ public final class ConsumerServer implements AutoCloseable {
     private File certFile;
     private File keyFile;
     private int maxInboundMessageBytes = 64 * 1024 * 1024;
+    private Registration.Builder join;
 
     private Builder(Handler handler) {
       this.handler = Objects.requireNonNull(handler, "handler");
@@ -389,6 +414,16 @@ public final class ConsumerServer implements AutoCloseable {
         throw new IllegalArgumentException("maxInboundMessageBytes must be >= 1, not " + bytes);
       }
       this.maxInboundMessageBytes = bytes;
+      return this;
+    }
+
+    /**
+     * Join this siding route once the server listens and leave it first thing in stop(). The
+     * address defaults to the listen host (this machine's name when it listens on every
+     * interface) and port; the transport to grpc (grpcs with TLS).
+     */
+    public Builder join(Registration.Builder join) {
+      this.join = Objects.requireNonNull(join, "join");
       return this;
     }
 

@@ -216,12 +216,32 @@ final class Envelope {
     return base64(text, where + ": \"" + field + "\"");
   }
 
-  /** HTTP cannot carry outputs: asking for them there is a handler bug, never a silent ack. */
-  private static Reply forHttp(Reply reply) {
-    if (reply.verdict() == Verdict.ACK && !reply.outputs().isEmpty()) {
-      return Reply.retry("outputs can only be answered over gRPC");
+  /** Outputs as a webhook answer carries them (docs/outputs.md): bytes in base64, null left out. */
+  static List<Object> outputsJson(List<Output> outputs) {
+    Base64.Encoder b64 = Base64.getEncoder();
+    List<Object> list = new ArrayList<>(outputs.size());
+    for (Output output : outputs) {
+      Map<String, Object> item = new LinkedHashMap<>();
+      item.put("topic", output.topic());
+      if (output.key() != null) {
+        item.put("key_base64", b64.encodeToString(output.key()));
+      }
+      if (output.value() != null) {
+        item.put("value_base64", b64.encodeToString(output.value()));
+      }
+      if (!output.headers().isEmpty()) {
+        List<Object> headers = new ArrayList<>();
+        for (Header h : output.headers()) {
+          Map<String, Object> header = new LinkedHashMap<>();
+          header.put("key", h.key());
+          header.put("value_base64", b64.encodeToString(h.value()));
+          headers.add(header);
+        }
+        item.put("headers", headers);
+      }
+      list.add(item);
     }
-    return reply;
+    return list;
   }
 
   private static Map<String, String> withRetryAfter(Map<String, String> headers, Reply reply) {
@@ -234,9 +254,14 @@ final class Envelope {
     return reason.isEmpty() ? otherwise : reason;
   }
 
-  /** The answer to a one-delivery request: siding reads only the status (and Retry-After). */
-  static HttpAnswer single(Reply given) {
-    Reply reply = forHttp(given);
+  /** The answer to a one-delivery request: the status (and Retry-After); an ack's outputs in JSON. */
+  static HttpAnswer single(Reply reply) {
+    if (reply.verdict() == Verdict.ACK && !reply.outputs().isEmpty()) {
+      return new HttpAnswer(
+          200,
+          Map.of("content-type", "application/json"),
+          Json.write(Map.of("outputs", outputsJson(reply.outputs()))));
+    }
     return switch (reply.verdict()) {
       case ACK -> new HttpAnswer(204, Map.of(), "");
       case DEAD -> new HttpAnswer(422, TEXT, or(reply.reason(), "dead"));
@@ -248,7 +273,7 @@ final class Envelope {
 
   /** The answer to a batch: one result per delivery; a batch that all backs off is a 429. */
   static HttpAnswer batch(List<String> ids, List<Reply> replies) {
-    List<Reply> given = replies.stream().map(Envelope::forHttp).toList();
+    List<Reply> given = replies;
     if (!given.isEmpty() && given.stream().allMatch(r -> r.verdict() == Verdict.BACKOFF)) {
       Reply longest =
           given.stream()
@@ -263,7 +288,12 @@ final class Envelope {
       Map<String, Object> result = new LinkedHashMap<>();
       result.put("id", ids.get(i));
       switch (reply.verdict()) {
-        case ACK -> result.put("verdict", "ack");
+        case ACK -> {
+          result.put("verdict", "ack");
+          if (!reply.outputs().isEmpty()) {
+            result.put("outputs", outputsJson(reply.outputs()));
+          }
+        }
         case DEAD -> {
           result.put("verdict", "dead");
           result.put("reason", reply.reason());

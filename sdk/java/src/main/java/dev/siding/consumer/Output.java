@@ -4,8 +4,8 @@ import java.util.List;
 import java.util.Objects;
 
 /**
- * One record siding writes to Kafka before an ACKed input counts as done (gRPC only; the topic
- * must be listed in the route's {@code outputs}).
+ * One record siding writes to Kafka before an ACKed input counts as done (over gRPC, or in a
+ * webhook's JSON answer; the topic must be listed in the route's {@code outputs}).
  *
  * @param key record key; {@code null} for no key
  * @param value record value; {@code null} for a tombstone

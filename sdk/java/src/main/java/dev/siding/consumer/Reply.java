@@ -77,7 +77,7 @@ public final class Reply {
     return reason;
   }
 
-  /** ACK only: records to produce (gRPC only). */
+  /** ACK only: records to produce (docs/outputs.md). */
   public List<Output> outputs() {
     return outputs;
   }

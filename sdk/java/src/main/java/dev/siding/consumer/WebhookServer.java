@@ -53,6 +53,8 @@ public final class WebhookServer implements AutoCloseable {
   private int inFlight; // guarded by idle
   private boolean draining; // guarded by idle
   private HttpServer server;
+  private final Registration.Builder join;
+  private Registration registration;
 
   private WebhookServer(Builder b) {
     this.handler = b.handler;
@@ -61,6 +63,7 @@ public final class WebhookServer implements AutoCloseable {
     this.requestedPort = b.port;
     this.maxBodyBytes = b.maxBodyBytes;
     this.grace = b.grace;
+    this.join = b.join;
   }
 
   public static Builder builder(Handler handler) {
@@ -99,7 +102,21 @@ public final class WebhookServer implements AutoCloseable {
     http.setExecutor(executor);
     http.start();
     server = http;
+    if (join != null) {
+      registration = join.buildFor(host, http.getAddress().getPort(), "http");
+      try {
+        registration.start();
+      } catch (RegistrationException e) {
+        stop(Duration.ZERO);
+        throw e;
+      }
+    }
     return this;
+  }
+
+  /** The route joined with {@link Builder#join}, once started; null without one. */
+  public synchronized Registration registration() {
+    return registration;
   }
 
   public synchronized int port() {
@@ -128,6 +145,13 @@ public final class WebhookServer implements AutoCloseable {
    * it again later); give those in flight {@code grace} to be answered, then close.
    */
   public void stop(Duration grace) {
+    Registration joined;
+    synchronized (this) {
+      joined = registration;
+    }
+    if (joined != null) {
+      joined.stop(); // leave first: siding sends nothing new once the leave is answered
+    }
     HttpServer running;
     synchronized (this) {
       running = server;
@@ -272,6 +296,7 @@ public final class WebhookServer implements AutoCloseable {
     private int port;
     private long maxBodyBytes = 16L * 1024 * 1024;
     private Duration grace = Duration.ofSeconds(10);
+    private Registration.Builder join;
 
     private Builder(Handler handler) {
       this.handler = Objects.requireNonNull(handler, "handler");
@@ -328,6 +353,16 @@ public final class WebhookServer implements AutoCloseable {
         throw new IllegalArgumentException("grace must be a duration >= 0, not " + grace);
       }
       this.grace = grace;
+      return this;
+    }
+
+    /**
+     * Join this siding route once the server listens (transport http) and leave it first thing
+     * in stop(). The address defaults to the listen host (this machine's name when it listens on
+     * every interface) and port.
+     */
+    public Builder join(Registration.Builder join) {
+      this.join = Objects.requireNonNull(join, "join");
       return this;
     }
 

@@ -83,9 +83,18 @@ class EnvelopeTest {
     assertNull(Envelope.single(Reply.retry(Duration.ofSeconds(5), "busy")).headers().get("retry-after"));
     var backoff = Envelope.single(Reply.backoff(Duration.ofMillis(2200), "db down"));
     assertEquals(List.of(429, "3", "db down"), List.of(backoff.status(), backoff.headers().get("retry-after"), backoff.body()));
-    var outputs = Envelope.single(Reply.ack(List.of(Output.of("out", null, null))));
-    assertEquals(500, outputs.status());
-    assertEquals("outputs can only be answered over gRPC", outputs.body());
+    var outputs =
+        Envelope.single(
+            Reply.ack(
+                List.of(
+                    new Output("out", new byte[0], new byte[] {0, -1}, List.of(new Header("h", new byte[] {1}))),
+                    Output.of("out", null, null))));
+    assertEquals(200, outputs.status());
+    assertEquals("application/json", outputs.headers().get("content-type"));
+    assertEquals(
+        "{\"outputs\":[{\"topic\":\"out\",\"key_base64\":\"\",\"value_base64\":\"AP8=\","
+            + "\"headers\":[{\"key\":\"h\",\"value_base64\":\"AQ==\"}]},{\"topic\":\"out\"}]}",
+        outputs.body());
   }
 
   static final String EVENT =
