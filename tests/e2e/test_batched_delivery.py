@@ -214,7 +214,8 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
 
             def all_committed() -> bool:
                 return all(
-                    committed_offsets(run.client_conf, r.group, r.topic).get(0) == len(KEYS)
+                    committed_offsets(run.client_conf, r.group, r.source_topics[0]).get(0)
+                    == len(KEYS)
                     for r in config.routes
                 )
 

@@ -48,7 +48,7 @@ def make_config(bootstrap: str, source: str, *, lanes: bool = True) -> SidingCon
 
 def create_dlq(config: SidingConfig) -> str:
     route = config.route[0]
-    topics = [naming.route_dlq(route), route.topic, *naming.route_lane_topics(route)]
+    topics = [naming.route_dlq(route), *route.source_topics, *naming.route_lane_topics(route)]
     admin = admin_client({"bootstrap.servers": config.kafka.bootstrap})
     ensure_topics(admin, [TopicSpec(t) for t in topics])
     # Metadata reaches every client a moment after creation.
@@ -62,8 +62,8 @@ def write_letters(config: SidingConfig, specs: Sequence[Spec]) -> None:
     records = []
     for s in specs:
         delivery = Delivery(
-            id=delivery_id(route.topic, 0, s.offset),
-            topic=route.topic,
+            id=delivery_id(route.source_topics[0], 0, s.offset),
+            topic=route.source_topics[0],
             partition=0,
             offset=s.offset,
             key=s.key,

@@ -121,7 +121,17 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     # When it is loaded
     config = load_config(tmp_path / "siding.toml", env=env)
     # Then every route is there, with the values the comments promise
-    assert [r.name for r in config.routes] == ["billing", "trips.receipts", "audit", "orders"]
+    assert [r.name for r in config.routes] == [
+        "billing",
+        "trips.receipts",
+        "audit",
+        "orders",
+        "refunds",
+        "shipments",
+    ]
+    assert config.route_named("refunds").subscription == ("subscribe", "refunds-eu,refunds-us")
+    shipments = config.route_named("shipments")
+    assert shipments.reads("shipments-2") and not shipments.reads("siding.shipments-x.dlq")
     orders = config.route_named("orders")
     assert orders.endpoint == () and orders.takes_registrations and orders.lease == 15.0
     billing = config.route_named("billing")

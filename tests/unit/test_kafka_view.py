@@ -112,7 +112,7 @@ lanes = [{ delay = "1s" }, { delay = "30s" }]
 """
     )
     topics = route_topics(config.route[0])
-    assert topics.source == "billing.events" and topics.group == "billing"
+    assert topics.sources == ("billing.events",) and topics.group == "billing"
     assert topics.lanes == (
         ("retry-1", "siding.billing.retry-1"),
         ("retry-2", "siding.billing.retry-2"),

@@ -31,6 +31,9 @@ def _register() -> None:
     from siding.cli.offsets import offsets
 
     cli.add_command(offsets)
+    from siding.cli.backfill import backfill
+
+    cli.add_command(backfill)
     from siding.cli import ctl, demo, top
 
     cli.add_command(ctl.ctl)

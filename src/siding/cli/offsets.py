@@ -36,6 +36,12 @@ def _common(command: F) -> F:
         ),
         click.option("--route", "route", required=True, help="The route's name."),
         click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table."),
+        click.option(
+            "--topic",
+            "topic",
+            default=None,
+            help="Which source topic, for a route that reads several (topics, topic_pattern).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -49,20 +55,33 @@ def offsets() -> None:
 
 @offsets.command("show")
 @_common
-def show(path: Path, route: str, as_json: bool) -> None:
-    """Per partition: the checkpoint's position, the group's offset, the log and the lag."""
+def show(path: Path, route: str, as_json: bool, topic: str | None) -> None:
+    """Per partition: the checkpoint's position, the group's offset, the log and the lag. A
+    route that reads several topics shows each (or the one given by --topic)."""
     from siding.pipeline import moves, positions
 
     config = with_api_route(load_config(path), route)
-    view = moves.look(config, config.route_named(route))
-    planned = positions.plan(view.extents, view.checkpoint, view.group)
+    chosen = config.route_named(route)
+    several = topic is None and chosen.single_topic is None
+    topics = moves.source_topics(config, chosen) if several else (topic,)
+    shown = []
+    for one in topics:
+        view = moves.look(config, chosen, topic=one)
+        shown.append((view, positions.plan(view.extents, view.checkpoint, view.group)))
     if as_json:
-        click.echo(json.dumps(_json(view, planned)))
+        objects = [_json(view, planned) for view, planned in shown]
+        if several:
+            click.echo(json.dumps({"route": route, "group": chosen.group, "topics": objects}))
+        else:
+            click.echo(json.dumps(objects[0]))
         return
     console = Console()
-    console.print(_table(view, planned, moving=False))
-    for note in _notes(view, planned):
-        console.print(note, highlight=False)
+    if not shown:
+        console.print(f"route {route}: no topic matches {chosen.source_label} yet")
+    for view, planned in shown:
+        console.print(_table(view, planned, moving=False))
+        for note in _notes(view, planned):
+            console.print(note, highlight=False)
 
 
 _TARGETS = "--to-earliest, --to-latest, --to-datetime, --by-duration or --to-offset"
@@ -82,6 +101,7 @@ def reset(
     path: Path,
     route: str,
     as_json: bool,
+    topic: str | None,
     to_earliest: bool,
     to_latest: bool,
     to_datetime: str | None,
@@ -110,7 +130,7 @@ def reset(
         target = positions.Target("offsets", offsets=positions.parse_offsets(to_offset or ""))
     logs.to_stderr("siding.offsets")
     config = with_api_route(load_config(path), route)
-    outcome = moves.reset(config, route, target, execute=execute)
+    outcome = moves.reset(config, route, target, execute=execute, topic=topic)
     if as_json:
         data = {
             **_json(outcome.view, outcome.plan),
@@ -156,7 +176,7 @@ def _table(view: RouteOffsets, plan: Plan, *, moving: bool) -> Table:
     where = str(view.query_dir)
     if view.position is not None and view.position.batch >= 0:
         where += f" (batch {view.position.batch})"
-    title = f"route {route.name}: topic {route.topic}, group {route.group}\ncheckpoint {where}"
+    title = f"route {route.name}: topic {view.source}, group {route.group}\ncheckpoint {where}"
     table = Table(title=title, title_justify="left")
     for header in ("partition", "checkpoint", "group", "log start", "log end"):
         table.add_column(header, justify="right")
@@ -200,7 +220,7 @@ def _json(view: RouteOffsets, plan: Plan) -> dict[str, object]:
     position = view.position
     return {
         "route": view.route.name,
-        "topic": view.route.topic,
+        "topic": view.source,
         "group": view.route.group,
         "checkpoint": str(view.query_dir),
         "batch": position.batch if position is not None and position.batch >= 0 else None,

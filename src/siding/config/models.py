@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -209,15 +210,33 @@ class BatchConfig(BaseModel):
 
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
 MAX_PROGRESS_INTERVAL_S = 60.0
+SOURCE_KEYS = ("topic", "topics", "topic_pattern")
+# What siding names its own topics (siding.naming): a pattern must never match them, or a
+# route would read its own retry lanes and DLQ as source records.
+_OWN_TOPIC_KINDS = (
+    "retry-1", "retry-2", "dlq", "held", "parked",
+    "state-keys", "state-settled", "state-dlq-fate", "state-audit", "state-live",
+    "state-progress",
+)  # fmt: skip
+
+
+def own_topic_probes(route_name: str) -> tuple[str, ...]:
+    """Pure: names of topics siding derives for ``route_name`` (docs/configuration.md,
+    "Derived names"), to test a ``topic_pattern`` against."""
+    return tuple(f"siding.{route_name}.{kind}" for kind in _OWN_TOPIC_KINDS)
 
 
 class RouteConfig(BaseModel):
-    """``[[route]]``: one source topic and consumer group, pushed to one endpoint (set)."""
+    """``[[route]]``: one source topic (``topic``), a list (``topics``) or every topic whose
+    name matches a regular expression (``topic_pattern``), read by one consumer group and
+    pushed to one endpoint (set)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     name: str
-    topic: str
+    topic: str | None = None
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
     group: str = Field(min_length=1, max_length=255)
     ordering: Ordering = Ordering.UNORDERED
     endpoint: tuple[Endpoint, ...] = ()
@@ -251,6 +270,24 @@ class RouteConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _one_source(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        given = [key for key in SOURCE_KEYS if data.get(key) is not None]
+        if len(given) > 1:
+            raise Problem(
+                (given[1],),
+                f"give one of topic, topics or topic_pattern, not {' and '.join(given)}",
+            )
+        if not given:
+            raise Problem(("topic",), "required key is missing (or give topics or topic_pattern)")
+        if "name" not in data and given[0] != "topic":
+            raise Problem(("name",), f"required key is missing (a route with {given[0]} has no"
+                          " default name: set name explicitly)")  # fmt: skip
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _default_name(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and "name" not in data:
             topic, group = data.get("topic"), data.get("group")
@@ -276,6 +313,35 @@ class RouteConfig(BaseModel):
                 f"{value!r} is not a legal Kafka topic name:"
                 f" 1-{TOPIC_NAME_MAX} characters of [a-zA-Z0-9._-]"
             )
+        return value
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("expected a non-empty list of topic names")
+        for i, topic in enumerate(value):
+            if not is_legal_topic_name(topic):
+                raise Problem(
+                    (i,),
+                    f"{topic!r} is not a legal Kafka topic name:"
+                    f" 1-{TOPIC_NAME_MAX} characters of [a-zA-Z0-9._-]",
+                )
+            if topic in value[:i]:
+                raise Problem((i,), f"{topic!r} is listed twice")
+        return value
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _topic_pattern(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("must not be empty")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
         return value
 
     @field_validator("outputs")
@@ -324,8 +390,16 @@ class RouteConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RouteConfig:
-        if self.dlq == self.topic:
-            raise Problem(("dlq",), "the DLQ must not be the source topic")
+        if self.dlq is not None and self.reads(self.dlq):
+            which = "the source topic" if self.topic is not None else "a source topic of the route"
+            raise Problem(("dlq",), f"the DLQ must not be {which}")
+        for own in own_topic_probes(self.name) if self.topic_pattern is not None else ():
+            if self.reads(own):
+                raise Problem(
+                    ("topic_pattern",),
+                    f"matches {own!r}, a topic siding writes for this route: exclude"
+                    r" siding's topics, e.g. '(?!siding\.)orders-.*'",
+                )
         if self.dlq is not None and self.dlq in self.outputs:
             raise Problem(("outputs",), f"{self.dlq!r} is the route's DLQ")
         if self.adaptive.min_in_flight > self.max_in_flight:
@@ -350,6 +424,48 @@ class RouteConfig(BaseModel):
                     "needs a TLS endpoint (grpcs://, grpcs+dns:/// or https://)",
                 )
         return self
+
+    @property
+    def source_topics(self) -> tuple[str, ...]:
+        """The source topics named in the file (``topic`` or ``topics``); empty for a
+        ``topic_pattern``, whose topics are those that exist (``matching``)."""
+        if self.topic is not None:
+            return (self.topic,)
+        return self.topics
+
+    @property
+    def single_topic(self) -> str | None:
+        """The one source topic of a ``topic = "..."`` route; ``None`` otherwise."""
+        return self.topic
+
+    def reads(self, topic: str) -> bool:
+        """Pure: whether ``topic`` is one of this route's sources (a pattern matches the whole
+        name, as Kafka's ``subscribePattern`` does)."""
+        if self.topic_pattern is not None:
+            return re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.source_topics
+
+    def matching(self, existing: Iterable[str]) -> tuple[str, ...]:
+        """Pure: the source topics among ``existing`` topic names, sorted."""
+        if self.topic_pattern is None:
+            return self.source_topics
+        return tuple(sorted(t for t in existing if self.reads(t)))
+
+    @property
+    def subscription(self) -> tuple[str, str]:
+        """Spark's Kafka source option for the route's source: ``("subscribe", "a,b")`` or
+        ``("subscribePattern", regex)``."""
+        if self.topic_pattern is not None:
+            return ("subscribePattern", self.topic_pattern)
+        return ("subscribe", ",".join(self.source_topics))
+
+    @property
+    def source_label(self) -> str:
+        """The source for people: ``orders``, ``orders,refunds`` or ``pattern:orders-.*``
+        (also what a checkpoint's owner file records)."""
+        if self.topic_pattern is not None:
+            return f"pattern:{self.topic_pattern}"
+        return ",".join(self.source_topics)
 
     @property
     def message_limit(self) -> int:
@@ -384,6 +500,8 @@ class RouteConfig(BaseModel):
     def redacted(self) -> dict[str, Any]:
         """The route for display: secrets masked, durations as text, endpoints as URLs."""
         data = self.model_dump(mode="json", exclude_none=True)
+        if not self.topics:
+            del data["topics"]
         data["endpoint"] = [e.url for e in self.endpoint]
         if self.endpoint and not self.endpoint[0].is_grpc:
             del data["transport"]
@@ -399,6 +517,18 @@ class RouteConfig(BaseModel):
             )
             for lane in self.lanes
         )
+
+
+def shares_source(one: RouteConfig, two: RouteConfig) -> bool:
+    """Pure: whether two routes would commit the same group's offsets of a topic: the same
+    group, and a topic one names that the other reads (or the same pattern)."""
+    if one.group != two.group:
+        return False
+    if one.topic_pattern is not None and one.topic_pattern == two.topic_pattern:
+        return True
+    return any(two.reads(t) for t in one.source_topics) or any(
+        one.reads(t) for t in two.source_topics
+    )
 
 
 class SidingConfig(BaseModel):
@@ -420,7 +550,6 @@ class SidingConfig(BaseModel):
                 " to create routes through the control API)",
             )
         names: dict[str, str] = {}
-        pairs: set[tuple[str, str]] = set()
         for i, route in enumerate(self.route):
             if not route.endpoint and not self.control.listen:
                 raise Problem(
@@ -428,7 +557,7 @@ class SidingConfig(BaseModel):
                     "required key is missing (consumer instances could join the route only"
                     " through the control API, which [control] listen turns off)",
                 )
-            if (route.topic, route.group) in pairs:
+            if any(shares_source(other, route) for other in self.route[:i]):
                 raise Problem(("route", i, "group"), "another route has the same topic and group")
             # Kafka refuses topic names that differ only in '.' versus '_' (metric names collide).
             other = names.get(route.name.replace(".", "_"))
@@ -439,7 +568,6 @@ class SidingConfig(BaseModel):
                     f"differs from route {other!r} only in '.' versus '_': Kafka topic names clash"
                 )
                 raise Problem(("route", i, "name"), message)
-            pairs.add((route.topic, route.group))
             names[route.name.replace(".", "_")] = route.name
         return self
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import re
 import threading
 import time
 import uuid
@@ -93,10 +94,17 @@ class RouteTopics:
 
     route: str
     group: str
-    source: str
+    sources: tuple[str, ...]  # the source topics named (empty for a pattern)
     lanes: tuple[tuple[str, str], ...]  # (label, topic): retry lanes, then the park lane
     dlq: str
+    pattern: str | None = None  # topic_pattern: its matching topics are looked up each poll
     live: str = ""  # the workers' in-flight reports
+
+    def source_topics(self, existing: Iterable[str]) -> tuple[str, ...]:
+        """Pure: the source topics to poll, given the names of the topics that exist."""
+        if self.pattern is None:
+            return self.sources
+        return tuple(sorted(t for t in existing if re.fullmatch(self.pattern, t)))
 
 
 def route_topics(route: RouteConfig) -> RouteTopics:
@@ -109,9 +117,10 @@ def route_topics(route: RouteConfig) -> RouteTopics:
     return RouteTopics(
         route.name,
         route.group,
-        route.topic,
+        route.source_topics,
         tuple(lanes),
         naming.route_dlq(route),
+        route.topic_pattern,
         naming.state_topic(route.name, naming.LIVE),
     )
 
@@ -346,7 +355,14 @@ class KafkaView:
 
     def _poll(self, topics: RouteTopics) -> RouteKafka:
         clients = self._consumers(topics)
-        partitions = self._lags(clients.group, topics.source)
+        existing: Iterable[str] = ()
+        if topics.pattern is not None:
+            existing = clients.group.list_topics(timeout=5).topics
+        partitions = [
+            lag
+            for source in topics.source_topics(existing)
+            for lag in self._lags(clients.group, source)
+        ]
         lanes = []
         for label, topic in topics.lanes:
             lags = self._lags(clients.group, topic)

@@ -222,9 +222,10 @@ class RegistryService:
                 self._state.routes[route.name] = entry
                 self._api_routes[route.name] = route
             self._ensure_audit(None, [route])
-            self._audit(route, "route create", who, {"topic": route.topic, "group": route.group})
+            source = route.source_label
+            self._audit(route, "route create", who, {"topic": source, "group": route.group})
             log.info("registry: route %s created (topic %s, group %s) by %s",
-                     route.name, route.topic, route.group, who)  # fmt: skip
+                     route.name, source, route.group, who)  # fmt: skip
             self._on_routes(self.routes_now())
             return self._describe(route, "api")
 

@@ -194,7 +194,10 @@ class PipelineRun:
             self._thread.join(30)
 
     def committed(self, topic: str | None = None) -> dict[int, int]:
-        return committed_offsets(self.client_conf, self.route.group, topic or self.route.topic)
+        source = topic or self.route.single_topic
+        if source is None:
+            raise ValueError(f"route {self.route.name} reads several topics: name one")
+        return committed_offsets(self.client_conf, self.route.group, source)
 
     def wait_committed(self, offsets: Mapping[int, int], timeout_s: float = 120.0) -> None:
         """Until the route's group has committed at least ``offsets`` on the source topic."""

@@ -66,7 +66,7 @@ def replay_record(letter: Letter, target: Target, route: RouteConfig, now_ms: in
     if target is Target.ORIGIN:
         kept = tuple((n, v) for n, v in own if n != REPLAY_OF)
         replay_of = (REPLAY_OF, told.origin.delivery_id.encode())
-        return OutRecord(route.topic, letter.key, letter.value, (*kept, replay_of))
+        return OutRecord(origin_topic(letter, route), letter.key, letter.value, (*kept, replay_of))
     origin = told.origin
     delivery = Delivery(
         id=origin.delivery_id,
@@ -96,8 +96,32 @@ def replay_record(letter: Letter, target: Target, route: RouteConfig, now_ms: in
     )
 
 
+def origin_topic(letter: Letter, route: RouteConfig) -> str:
+    """Where ``--to origin`` writes a letter back: the route's topic, or, for a route that
+    reads several, the topic its story names as its origin (when the route still reads it)."""
+    if route.single_topic is not None:
+        return route.single_topic
+    told = story.decode(letter.headers)
+    if told is None:
+        raise DlqError(
+            f"dead letter {letter.ref.coordinates} has no siding story: its origin topic is"
+            f" unknown, and route {route.name} reads several topics ({route.source_label})"
+        )
+    if not route.reads(told.origin.topic):
+        raise DlqError(
+            f"dead letter {told.origin.delivery_id}: route {route.name} no longer reads its"
+            f" origin topic {told.origin.topic} ({route.source_label})"
+        )
+    return told.origin.topic
+
+
 def destination(target: Target, route: RouteConfig) -> str:
-    return route.topic if target is Target.ORIGIN else naming.lane_topic(route.name, 1)
+    """Where a merge writes, for people and the audit trail."""
+    if target is Target.LANE1:
+        return naming.lane_topic(route.name, 1)
+    if route.single_topic is not None:
+        return route.single_topic
+    return f"origin topics ({route.source_label})"
 
 
 def chunk_size(rate: float | None) -> int:

@@ -72,11 +72,14 @@ def settle(
         for chunk in batched(iter_letters(frame, scope.dlq_topic), chunk_size(plan.rate)):
             time.sleep(pause_s(started, done, plan.rate, time.monotonic()))
             now_ms = round(clock() * 1000)
-            if plan.replay is not None:
-                producer.write([plan.replay(letter, now_ms) for letter in chunk])
+            records = [plan.replay(c, now_ms) for c in chunk] if plan.replay is not None else []
+            if records:
+                producer.write(records)
+            # Each fate names the topic its letter went to (origin topics differ per letter).
+            into = [r.topic for r in records] or [plan.to] * len(chunk)
             fates = [
-                fate_record(scope.fate_topic, c.ref, plan.fate, at_ms=now_ms, by=by, to=plan.to)
-                for c in chunk
+                fate_record(scope.fate_topic, c.ref, plan.fate, at_ms=now_ms, by=by, to=to)
+                for c, to in zip(chunk, into, strict=True)
             ]
             producer.write(fates)
             done += len(chunk)

@@ -40,6 +40,7 @@ from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
 from siding.pipeline.source import (
     end_offsets,
+    main_subscription,
     source_options,
     starting_offsets,
     starting_offsets_of,
@@ -83,6 +84,10 @@ class Application:
     _producers: list[DurableProducer] = field(default_factory=list)
     _tails: list[TopicTail] = field(default_factory=list)
     _present: set[str] = field(default_factory=set)
+    # Partitions of every topic seen at start (source topics, lanes): startingOffsets names them.
+    _partitions: dict[str, int] = field(default_factory=dict)
+    # Each route's source topics found at start (a pattern's may grow while it runs).
+    _sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _locks: list[RouteLock] = field(default_factory=list)
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
@@ -147,13 +152,18 @@ class Application:
         state_producer = DurableProducer(client_conf)
         self._producers.append(state_producer)
         self._held.setdefault(route.name, []).append(state_producer)
-        topics = (route.topic, *naming.route_lane_topics(route))
+        sources = self._sources[route.name]
         held = self._held_topics(route)
         progress = self._progress_store(route)
-        for lane, topic in enumerate(topics):
+        lanes = (sources, *((t,) for t in naming.route_lane_topics(route)))
+        for lane, read in enumerate(lanes):
             name = naming.query_name(route.name, lane)
-            more = held if lane == 0 else ()
-            targets[name] = CommitTarget(route.group, topic, more)
+            if lane > 0:
+                targets[name] = CommitTarget(route.group, read[0])
+            elif route.topic_pattern is None:
+                targets[name] = CommitTarget(route.group, read[0], (*read[1:], *held))
+            else:  # the topics matching the pattern, as they appear
+                targets[name] = CommitTarget(route.group, "", held, route.topic_pattern)
             handler = LaneBatchHandler(
                 route=route,
                 lane=lane,
@@ -173,18 +183,22 @@ class Application:
             starting = self._starting(
                 client_conf,
                 route,
-                (topic, *more),
+                (*read, *held) if lane == 0 else read,
                 partitions=partitions,
                 checkpoint=checkpoint,
                 lane=lane,
             )
+            subscribe, topic = (
+                main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
+            )
             self._start_query(
                 route,
                 name,
-                ",".join((topic, *more)),
+                topic,
                 handler=handler,
                 checkpoint=checkpoint,
                 starting=starting,
+                subscribe=subscribe,
             )
         # Parked records left from when the route parked are finished even if it no longer
         # does (parking turned off, key mode): the main lane committed past them.
@@ -253,7 +267,7 @@ class Application:
         to_claim = []
         for route in self.config.route if routes is None else routes:
             route_dir = base / naming.route_checkpoint_subdir(route.name)
-            current = owner.Owner(route.name, route.topic, cluster)
+            current = owner.Owner(route.name, route.source_label, cluster)
             if owner.check(route_dir, current, naming.lane_label(0)).write:
                 to_claim.append((route_dir, current))
         return to_claim
@@ -279,11 +293,14 @@ class Application:
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
         present = existing_topics(admin)
         self._present.update(present)
-        if route.topic not in present:
-            raise RouteFailed(f"route {route.name}: source topic {route.topic} does not exist")
-        partitions = present[route.topic]
+        self._partitions.update(present)
+        sources = _check_sources(route, present)
+        self._sources[route.name] = sources
+        # Lanes, the DLQ and the park topic hold the records of every source topic.
+        partitions = max(present[t] for t in sources)
         # Lanes, the DLQ and the park topic carry the source's records whole: as large as it.
-        size = topic_config(admin, route.topic, "max.message.bytes")
+        sizes = [topic_config(admin, t, "max.message.bytes") for t in sources]
+        size = max((s for s in sizes if s), key=int, default=None)
         carry = {"max.message.bytes": size} if size else {}
         specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
@@ -328,17 +345,17 @@ class Application:
         if len(topics) == 1:
             committed = committed_offsets(client_conf, route.group, topics[0])
             return starting_offsets(topics[0], partitions, committed, fallback)
-        # The source from the group or the route's setting; the hold topic from the group or
+        # The sources from the group or the route's setting; the hold topic from the group or
         # its beginning (what it holds was committed away from the source).
         return starting_offsets_of(
             {
                 t: (
                     committed_offsets(client_conf, route.group, t),
-                    fallback if i == 0 else "earliest",
+                    fallback if route.reads(t) else "earliest",
                 )
-                for i, t in enumerate(topics)
+                for t in topics
             },
-            partitions,
+            {t: self._partitions.get(t, partitions) for t in topics},
         )
 
     def _start_query(
@@ -350,6 +367,7 @@ class Application:
         handler: LaneBatchHandler | ParkBatchHandler,
         checkpoint: Path,
         starting: str,
+        subscribe: str = "subscribe",
     ) -> None:
         assert self.spark is not None
         trigger_s = self.config.spark.trigger
@@ -361,6 +379,7 @@ class Application:
             starting=starting,
             min_partitions=route.min_partitions,
             max_offsets_per_trigger=route.max_offsets_per_trigger,
+            subscribe=subscribe,
         )
         query = (
             self.spark.readStream.format("kafka")
@@ -478,7 +497,7 @@ class Application:
             return {}
         out: dict[str, dict[int, int]] = {}
         for source in progress.sources:
-            for topic in (target.topic, *target.more):
+            for topic in target.topics_of(source.endOffset):
                 offsets = end_offsets(source.endOffset, topic)
                 if offsets:
                     mark = positions.mark(f"batch={progress.batchId}")
@@ -582,6 +601,40 @@ class Application:
             tail.close()
         self._release_locks()
         self.drain.close_signal()
+
+
+def _check_sources(route: RouteConfig, present: Mapping[str, int]) -> tuple[str, ...]:
+    """The route's source topics that exist now; ``RouteFailed`` when one it names is missing,
+    when its pattern matches none yet, or when the pattern matches a topic siding writes for
+    the route (it would read its own lanes)."""
+    if route.topic_pattern is None:
+        missing = [t for t in route.source_topics if t not in present]
+        if missing:
+            which = "topic" if len(missing) == 1 else "topics"
+            raise RouteFailed(
+                f"route {route.name}: source {which} {', '.join(missing)} does not exist"
+            )
+        return route.source_topics
+    own = {
+        *naming.route_lane_topics(route),
+        naming.route_dlq(route),
+        naming.hold_topic(route.name),
+        naming.park_topic(route.name),
+    }
+    own.update(t for t in present if t.startswith(f"{naming.PREFIX}.{route.name}."))
+    for topic in sorted(own):
+        if route.reads(topic):
+            raise RouteFailed(
+                f"route {route.name}: topic_pattern {route.topic_pattern!r} matches {topic},"
+                " a topic siding writes for the route"
+            )
+    sources = route.matching(present)
+    if not sources:
+        raise RouteFailed(
+            f"route {route.name}: no topic matches topic_pattern {route.topic_pattern!r} yet"
+            " (create one first: the lanes are sized by the source's partitions)"
+        )
+    return sources
 
 
 def _query_names(route: RouteConfig) -> list[str]:

@@ -4,6 +4,7 @@ consumer group, so standard Kafka tooling shows the lag."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from siding.kafka.admin import commit_offsets
 from siding.pipeline.positions import mark
-from siding.pipeline.source import end_offsets
+from siding.pipeline.source import end_offsets, topics_in
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,18 @@ log = logging.getLogger(__name__)
 class CommitTarget:
     group: str
     topic: str
-    # Other topics the query reads (the main lane's hold topic in key mode).
+    # Other topics the query reads (more source topics, the main lane's hold topic in key mode).
     more: tuple[str, ...] = ()
+    # A route's topic_pattern: the topics matching it are committed too, as they appear.
+    pattern: str | None = None
+
+    def topics_of(self, end_offset: str | None) -> tuple[str, ...]:
+        """The topics to commit from a progress's ``endOffset`` JSON."""
+        named = tuple(t for t in (self.topic, *self.more) if t)
+        if self.pattern is None:
+            return named
+        found = (t for t in topics_in(end_offset) if t not in named)
+        return (*named, *(t for t in found if re.fullmatch(self.pattern, t)))
 
 
 def make_listener(
@@ -59,7 +70,7 @@ def make_listener(
             try:
                 on_progress(name, progress)
                 for source in progress.sources:
-                    for topic in (target.topic, *target.more):
+                    for topic in target.topics_of(source.endOffset):
                         offsets = end_offsets(source.endOffset, topic)
                         with lock:
                             if not offsets or last.get((name, topic)) == offsets or not clients:

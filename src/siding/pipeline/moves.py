@@ -31,6 +31,7 @@ from siding.kafka.admin import (
     commit_offsets,
     committed_positions,
     ensure_topics,
+    existing_topics,
 )
 from siding.kafka.extent import extents, offsets_at
 from siding.pipeline import offset_log, owner, positions
@@ -69,6 +70,13 @@ class RouteOffsets:
     group: Mapping[int, Committed]
     running: str | None
     pending_move: bool
+    # The source topic looked at (a route with several is looked at one topic at a time);
+    # empty: the route's only topic.
+    topic: str = ""
+
+    @property
+    def source(self) -> str:
+        return self.topic or self.route.single_topic or ""
 
     @property
     def query_dir(self) -> Path:
@@ -78,25 +86,63 @@ class RouteOffsets:
     def checkpoint(self) -> dict[int, int] | None:
         if self.position is None:
             return None
-        return dict(self.position.offsets.get(self.route.topic, {}))
+        return dict(self.position.offsets.get(self.source, {}))
 
 
-def look(config: SidingConfig, route: RouteConfig, *, locked: bool = False) -> RouteOffsets:
+def source_topics(config: SidingConfig, route: RouteConfig) -> tuple[str, ...]:
+    """The route's source topics: those it names, or those that match its pattern now or that
+    its checkpoint has positions of."""
+    if route.topic_pattern is None:
+        return route.source_topics
+    client_conf = _client_conf(config)
+    found = set(existing_topics(admin_client(client_conf)))
+    base = owner.local_dir(config.spark.checkpoint_dir)
+    if base is not None:
+        position = offset_log.read_position(
+            base / naming.route_checkpoint_subdir(route.name) / MAIN
+        )
+        found.update(position.offsets if position is not None else ())
+    return route.matching(found)
+
+
+def pick_topic(config: SidingConfig, route: RouteConfig, topic: str | None) -> str:
+    """The one source topic an offsets command works on: ``topic`` (one of the route's), or
+    the route's only topic."""
+    if topic is not None:
+        if not route.reads(topic):
+            raise OffsetsError(
+                f"route {route.name} does not read topic {topic!r} (it reads {route.source_label})"
+            )
+        return topic
+    if route.single_topic is not None:
+        return route.single_topic
+    topics = ", ".join(source_topics(config, route)) or "none yet"
+    raise OffsetsError(
+        f"route {route.name} reads several topics ({topics}): give --topic to say which one"
+    )
+
+
+def look(
+    config: SidingConfig, route: RouteConfig, *, locked: bool = False, topic: str | None = None
+) -> RouteOffsets:
     """Read the checkpoint, the group and the topic's extent (nothing is written). A checkpoint
     of another route, topic or cluster is refused as ``siding run`` refuses it. ``locked``: the
-    caller holds the route's lock (nobody else runs it)."""
+    caller holds the route's lock (nobody else runs it). ``topic``: which source topic, for a
+    route that reads several."""
     route_dir = route_dir_of(config, route)
     client_conf = _client_conf(config)
-    current = owner.Owner(route.name, route.topic, cluster_id(admin_client(client_conf)))
+    current = owner.Owner(route.name, route.source_label, cluster_id(admin_client(client_conf)))
     owner.check(route_dir, current, MAIN)
+    source = pick_topic(config, route, topic)
     return RouteOffsets(
         route=route,
         route_dir=route_dir,
-        extents=extents(client_conf, route.topic),
+        extents=extents(client_conf, source),
         position=offset_log.read_position(route_dir / MAIN),
-        group=committed_positions(client_conf, route.group, route.topic),
+        group=committed_positions(client_conf, route.group, source),
         running=None if locked else holder(route_dir),
         pending_move=(route_dir / MOVE_FILE).exists(),
+        topic=source,
     )
 
 
@@ -134,13 +180,13 @@ def prepare(view: RouteOffsets, new: Mapping[int, int], mark: str) -> Move:
         aside = None
         if view.query_dir.exists():
             aside = f"{MAIN}.set-aside-{time.strftime('%Y%m%dT%H%M%S')}"
-        return Move(route.group, route.topic, dict(new), mark, set_aside=aside)
+        return Move(route.group, view.source, dict(new), mark, set_aside=aside)
     entry = offset_log.OffsetEntry(
         offset_log.latest_entry(view.query_dir).metadata, view.position.offsets
-    ).moved(route.topic, dict(new))
+    ).moved(view.source, dict(new))
     return Move(
         route.group,
-        route.topic,
+        view.source,
         dict(new),
         mark,
         batch=view.position.next_batch,
@@ -214,7 +260,7 @@ def _event(
         by=who(),
         command=command,
         route=view.route.name,
-        topic=view.route.topic,
+        topic=view.source,
         group=view.route.group,
         checkpoint=str(view.query_dir),
         batch=move.batch,
@@ -232,10 +278,16 @@ class ResetOutcome:
 
 
 def reset(
-    config: SidingConfig, route_name: str, target: positions.Target, *, execute: bool
+    config: SidingConfig,
+    route_name: str,
+    target: positions.Target,
+    *,
+    execute: bool,
+    topic: str | None = None,
 ) -> ResetOutcome:
     """Plan a reset of ``route_name``'s source to ``target``; with ``execute``, carry it out
-    (refused while the route runs: the route's lock says so)."""
+    (refused while the route runs: the route's lock says so). ``topic``: which source topic,
+    for a route that reads several."""
     route = config.route_named(route_name)
     route_dir = route_dir_of(config, route)
     client_conf = _client_conf(config)
@@ -251,10 +303,10 @@ def reset(
                     " offsets (`siding offsets show` works while it runs)"
                 ) from None
             finish_interrupted(route_dir, admin)
-        view = look(config, route, locked=execute)
+        view = look(config, route, locked=execute, topic=topic)
         by_time: Mapping[int, int | None] = {}
         if target.kind == "datetime":
-            by_time = offsets_at(client_conf, route.topic, sorted(view.extents), target.at_ms)
+            by_time = offsets_at(client_conf, view.source, sorted(view.extents), target.at_ms)
         chosen = positions.targets(target, view.extents, by_time)
         planned = positions.plan(view.extents, view.checkpoint, view.group, chosen)
         if not execute or not planned.moves:
@@ -295,25 +347,43 @@ def reconcile_at_start(config: SidingConfig, route: RouteConfig, admin: Any) -> 
     position = offset_log.read_position(route_dir / MAIN)
     if position is None:
         return  # no checkpoint position: the route starts from its group (app._starting)
+    # Each source topic the checkpoint has a position of, one after the other (a move of one
+    # writes a batch: the next one reads the checkpoint again).
+    for topic in sorted(t for t in position.offsets if route.reads(t)):
+        _reconcile_topic(config, route, admin, route_dir, topic)
+
+
+def _reconcile_topic(
+    config: SidingConfig, route: RouteConfig, admin: Any, route_dir: Path, topic: str
+) -> None:
+    position = offset_log.read_position(route_dir / MAIN)
+    if position is None:
+        return
     client_conf = _client_conf(config)
-    checkpoint = position.offsets.get(route.topic, {})
-    group = committed_positions(client_conf, route.group, route.topic)
+    checkpoint = position.offsets.get(topic, {})
+    group = committed_positions(client_conf, route.group, topic)
     verdict = positions.start_verdict(checkpoint, group)
     if verdict.moved:
-        extent = extents(client_conf, route.topic)
-        view = RouteOffsets(route, route_dir, extent, position, group, None, pending_move=False)
+        extent = extents(client_conf, topic)
+        view = RouteOffsets(
+            route, route_dir, extent, position, group, None, pending_move=False, topic=topic
+        )
         _adopt(client_conf, view, verdict.moved, admin)
     elif verdict.behind:
-        commit_offsets(
-            admin, route.group, route.topic, verdict.behind, metadata=positions.mark("start")
-        )
+        commit_offsets(admin, route.group, topic, verdict.behind, metadata=positions.mark("start"))
         log.info(
             "route %s: group %s trailed the checkpoint (a commit of siding's did not land);"
-            " committed %s",
+            " committed %s of topic %s",
             route.name,
             route.group,
             ", ".join(f"partition {p} at {o}" for p, o in sorted(verdict.behind.items())),
+            topic,
         )
+
+
+def _on_topic(view: RouteOffsets) -> str:
+    """`` of topic T`` for a route that reads several topics, else nothing."""
+    return "" if view.route.single_topic is not None else f" of topic {view.source}"
 
 
 def _adopt(
@@ -324,7 +394,7 @@ def _adopt(
     changes = {p: (checkpoint.get(p), o) for p, o in moved.items()}
     what = (
         f"route {route.name}: group {route.group} was moved outside siding while the route was"
-        f" stopped ({positions.describe_moves(changes)})"
+        f" stopped ({positions.describe_moves(changes)}{_on_topic(view)})"
     )
     for p, offset in sorted(moved.items()):
         try:

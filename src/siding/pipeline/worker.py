@@ -48,7 +48,7 @@ FEED_WAIT_S = 10.0
 
 def transport_settings(route: RouteConfig) -> tuple[object, ...]:
     """What a route's transports are built from (a limit changed at runtime is not)."""
-    return (route.topic, route.endpoint, route.auth, route.transport, route.batch,
+    return (route.subscription, route.endpoint, route.auth, route.transport, route.batch,
             route.max_message_bytes)  # fmt: skip
 
 

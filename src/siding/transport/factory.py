@@ -68,7 +68,7 @@ def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int)
             limits=limits,
             secret=_secret(auth.webhook_secret),
             bearer_token=token,
-            source=f"kafka://{route.topic}",
+            source="kafka://{topic}",  # each delivery's origin topic
             max_connections=max_connections,
             client_tls=tls,
         )
@@ -78,7 +78,7 @@ def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int)
         endpoint.url,
         secret=_secret(auth.webhook_secret),
         bearer_token=token,
-        source=f"kafka://{route.topic}",
+        source="kafka://{topic}",  # each delivery's origin topic
         max_connections=max_connections,
         client_tls=tls,
     )

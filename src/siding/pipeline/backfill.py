@@ -1,0 +1,281 @@
+"""``siding backfill``: push a range of a route's source again, through the same dispatcher,
+lanes and DLQ, as a Spark batch job beside the live route (docs/backfill.md).
+
+The range is read in chunks (Spark's Kafka batch source, ``startingOffsets``/``endingOffsets``);
+each chunk goes through the main lane's batch handler with the backfill's own ``max_in_flight``,
+and after each chunk the next offset of every partition is written to
+``<checkpoint_dir>/<route>/backfill.json``: a backfill that stopped (a crash, Ctrl-C) goes on
+from there when the same command runs again. The last step writes an audit event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from siding import naming
+from siding.config import RouteConfig, SidingConfig
+from siding.config.models import ParkConfig
+from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, existing_topics
+from siding.kafka.extent import extents, offsets_at
+from siding.model import Ordering
+from siding.pipeline import moves
+from siding.pipeline.backfill_range import (
+    BackfillError,
+    Bound,
+    Ranges,
+    State,
+    check_partitions,
+    chunks,
+    resolve,
+    spark_offsets,
+    total,
+)
+from siding.pipeline.batch import BatchSink, LaneBatchHandler
+from siding.pipeline.controls import RouteControls
+from siding.pipeline.keystate import KeyParking
+from siding.pipeline.task import TaskResult
+from siding.routing.audit import TOPIC_CONFIG, audit_record, who
+from siding.routing.producer import DurableProducer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("siding.backfill")
+
+STATE_FILE = "backfill.json"
+DEFAULT_CHUNK = 5000
+DEFAULT_MAX_IN_FLIGHT = 100
+COUNTS = ("records", "acked", "laned", "dead")
+
+
+@dataclass
+class Progress:
+    """What a run reports as it goes: records read so far (this run), the total left when it
+    started, and the counts (including those of runs it resumes)."""
+
+    total: int = 0
+    resumed: bool = False
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+
+
+def backfill_route(route: RouteConfig, max_in_flight: int) -> RouteConfig:
+    """The route as the backfill delivers it: its own in-flight limit, no parking (a call
+    outliving its chunk would be settled by the live route's park lane, which may not run)."""
+    limit = max(1, max_in_flight)
+    adaptive = route.adaptive.model_copy(
+        update={"min_in_flight": min(route.adaptive.min_in_flight, limit)}
+    )
+    return route.model_copy(
+        update={"max_in_flight": limit, "park": ParkConfig(enabled=False), "adaptive": adaptive}
+    )
+
+
+def state_path(config: SidingConfig, route: RouteConfig) -> Path:
+    return moves.route_dir_of(config, route) / STATE_FILE
+
+
+def _write_state(path: Path, state: State) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(state.to_json())
+    os.replace(temporary, path)
+
+
+def plan_state(
+    config: SidingConfig, route: RouteConfig, start: Bound, end: Bound, now_ms: int
+) -> tuple[State, bool]:
+    """The state to run from: the unfinished one of the same range (resumed), else a new one."""
+    path = state_path(config, route)
+    range_text = f"{start.text}..{end.text}"
+    if path.exists():
+        try:
+            state = State.from_json(path.read_text())
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BackfillError(
+                f"{path} is unreadable ({exc}): remove it to start afresh"
+            ) from None
+        if state.range_text != range_text:
+            raise BackfillError(
+                f"route {route.name} has an unfinished backfill of {state.range_text} ({path}):"
+                " run it again with the same --from and --to to finish it, or remove the file"
+            )
+        return state, True
+    client_conf = dict(config.kafka.client_config())
+    topics = moves.source_topics(config, route)
+    if not topics:
+        raise BackfillError(f"route {route.name}: no source topic exists ({route.source_label})")
+    extent = {t: extents(client_conf, t) for t in topics}
+    for bound in (start, end):
+        check_partitions(bound, extent)
+    by_time: dict[tuple[str, int], Mapping[int, int | None]] = {}
+    for bound in (start, end):
+        if bound.kind == "time":
+            for topic in topics:
+                by_time[(topic, bound.at_ms)] = offsets_at(
+                    client_conf, topic, sorted(extent[topic]), bound.at_ms
+                )
+    ranges = resolve(start, end, extent, by_time)
+    counts = dict.fromkeys(COUNTS, 0)
+    return State(ranges, counts=counts, started_at_ms=now_ms, range_text=range_text), False
+
+
+def _ensure_route_topics(config: SidingConfig, route: RouteConfig, ranges: Ranges) -> None:
+    """The lanes and the DLQ exist once the route ran; create them if it never did."""
+    admin = admin_client({k: str(v) for k, v in config.kafka.client_config().items()})
+    present = existing_topics(admin)
+    partitions = max((present.get(t, 1) for t, _ in ranges), default=1)
+    topics = (*naming.route_lane_topics(route), naming.route_dlq(route))
+    ensure_topics(admin, [TopicSpec(t, partitions) for t in topics])
+
+
+def _audit(config: SidingConfig, route: RouteConfig, event: Mapping[str, object]) -> None:
+    client_conf = dict(config.kafka.client_config())
+    topic = naming.audit_topic(route.name)
+    admin = admin_client({k: str(v) for k, v in client_conf.items()})
+    ensure_topics(admin, [TopicSpec(topic, 1, TOPIC_CONFIG)])
+    producer = DurableProducer(client_conf)
+    try:
+        producer.write([audit_record(topic, event)])
+    finally:
+        producer.close()
+
+
+def _event(
+    route: RouteConfig, state: State, status: str, max_in_flight: int, now_ms: int
+) -> dict[str, object]:
+    from datetime import UTC, datetime
+
+    at = datetime.fromtimestamp(now_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    ranges = {f"{t}/{p}": [s, e] for (t, p), (s, e) in sorted(state.ranges.items())}
+    return {
+        "at": at,
+        "at_ms": now_ms,
+        "who": who(),
+        "command": "backfill",
+        "route": route.name,
+        "range": state.range_text,
+        "offsets": ranges,
+        "max_in_flight": max_in_flight,
+        "status": status,
+        **state.counts,
+    }
+
+
+def run_backfill(
+    config: SidingConfig,
+    route_name: str,
+    start: Bound,
+    end: Bound,
+    *,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    per_chunk: int = DEFAULT_CHUNK,
+    spark: SparkSession | None = None,
+    on_start: Callable[[Progress], None] = lambda _: None,
+    on_chunk: Callable[[Progress, int], None] = lambda *_: None,
+    stop: threading.Event | None = None,
+    clock: Callable[[], float] = time.time,
+) -> State:
+    """Backfill ``route_name`` from ``start`` to ``end``; the final state (its ``counts``)."""
+    route = config.route_named(route_name)
+    if route.ordering is Ordering.KEY:
+        raise BackfillError(
+            f"route {route.name}: backfill of a key-mode route is not supported yet"
+            " (its key state is shared with the live route)"
+        )
+    state, resumed = plan_state(config, route, start, end, round(clock() * 1000))
+    path = state_path(config, route)
+    todo = chunks(state.ranges, state.done, per_chunk)
+    progress = Progress(
+        total=sum(total(c) for c in todo), resumed=resumed, counts=dict(state.counts)
+    )
+    on_start(progress)
+    if not todo:
+        path.unlink(missing_ok=True)
+        return state
+    _write_state(path, state)
+    _ensure_route_topics(config, route, state.ranges)
+    delivering = backfill_route(route, max_in_flight)
+    client_conf = dict(config.kafka.client_config())
+    own_session = spark is None
+    if spark is None:
+        from siding.pipeline.session import build_session
+
+        spark = build_session(
+            config.spark.master,
+            app_name=f"{config.spark.app_name}-backfill",
+            extra=config.spark.conf_values(),
+        )
+    results: list[TaskResult] = []
+
+    def collect(_route: str, _lane: int, done: list[TaskResult], _seconds: float) -> None:
+        results.extend(done)
+
+    producer = DurableProducer(client_conf)
+    handler = LaneBatchHandler(
+        route=delivering,
+        lane=0,
+        client_conf=client_conf,
+        parking=KeyParking(naming.state_topic(route.name, "keys")),
+        state_producer=producer,
+        stop=stop or threading.Event(),
+        sink=BatchSink(collect),
+        parallelism=spark.sparkContext.defaultParallelism,
+        controls=RouteControls({route.name: delivering}, config.control.registry_topic),
+    )
+    status = "failed"
+    try:
+        for number, chunk in enumerate(todo):
+            starting, ending = spark_offsets(chunk)
+            assign = _assign(chunk)
+            frame = (
+                spark.read.format("kafka")
+                .options(**config.kafka.spark_options())
+                .option("assign", assign)
+                .option("startingOffsets", starting)
+                .option("endingOffsets", ending)
+                .option("includeHeaders", "true")
+                .option("failOnDataLoss", "false")
+                .load()
+            )
+            results.clear()
+            handler(frame, number)
+            read = sum(r.records for r in results)
+            for name, value in (
+                ("records", read),
+                ("acked", sum(r.acked for r in results)),
+                ("laned", sum(r.to_lane for r in results)),
+                ("dead", sum(r.to_dlq for r in results)),
+            ):
+                state.counts[name] = state.counts.get(name, 0) + value
+            state.done.update({tp: stop_at for tp, (_, stop_at) in chunk.items()})
+            _write_state(path, state)
+            progress.counts = dict(state.counts)
+            on_chunk(progress, total(chunk))
+        status = "ok"
+    finally:
+        producer.close()
+        if own_session:
+            spark.stop()
+        event = _event(route, state, status, max_in_flight, round(clock() * 1000))
+        try:
+            _audit(config, route, event)
+        except Exception:
+            log.exception("route %s: the backfill's audit event was not written", route.name)
+    path.unlink(missing_ok=True)
+    return state
+
+
+def _assign(chunk: Mapping[tuple[str, int], Any]) -> str:
+    import json
+
+    topics: dict[str, list[int]] = {}
+    for topic, partition in sorted(chunk):
+        topics.setdefault(topic, []).append(partition)
+    return json.dumps(topics)
