@@ -168,6 +168,10 @@ def _config(bootstrap: str, source: str, hooked: str, consumer: Consumer, ckpt: 
         "min_partitions": 4,
         "park": {"enabled": False},  # the slow call holds its batch: the window for the kill
         "dlq_flood_min_batch": 1_000_000,
+        # The replay must deliver the batch again (copies of outputs written before the kill);
+        # with progress records it leaves out what was durable, all of it when the slow call
+        # had already answered (docs/replay.md)
+        "progress_interval": "0s",
     }
     webhook_route = {
         "name": hooked[-80:],

@@ -71,6 +71,9 @@ ROUTE_ERRORS = [
     ('max_retry_after = "-1s"', "route[billing].max_retry_after", "negative"),
     ("dlq_flood_ratio = 1.5", "route[billing].dlq_flood_ratio", "must be at most 1"),
     ("dlq_flood_min_batch = 0", "route[billing].dlq_flood_min_batch", "must be at least 1"),
+    ('progress_interval = "2m"', "route[billing].progress_interval", "at most 60s"),
+    ('progress_interval = "-1s"', "route[billing].progress_interval", "negative"),
+    ("progress_interval = 250", "route[billing].progress_interval", "bare number 250"),
     (
         "[route.breaker]\nfailure_threshold = 0",
         "route[billing].breaker.failure_threshold",

@@ -208,12 +208,15 @@ class BatchConfig(BaseModel):
         return value
 
 
+DEFAULT_PROGRESS_INTERVAL_S = 0.25
+MAX_PROGRESS_INTERVAL_S = 60.0
 SOURCE_KEYS = ("topic", "topics", "topic_pattern")
 # What siding names its own topics (siding.naming): a pattern must never match them, or a
 # route would read its own retry lanes and DLQ as source records.
 _OWN_TOPIC_KINDS = (
     "retry-1", "retry-2", "dlq", "held", "parked",
     "state-keys", "state-settled", "state-dlq-fate", "state-audit", "state-live",
+    "state-progress",
 )  # fmt: skip
 
 
@@ -254,6 +257,8 @@ class RouteConfig(BaseModel):
     crash_limit: Count = Field(default=3, ge=1)
     dlq_flood_ratio: Number = Field(default=0.5, ge=0, le=1)
     dlq_flood_min_batch: Count = Field(default=20, ge=1)
+    # How often a running batch records the ACKs it got; "0s": not recorded (docs/replay.md).
+    progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL_S
     auth: AuthConfig = AuthConfig()
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
@@ -366,6 +371,15 @@ class RouteConfig(BaseModel):
         if not all(isinstance(u, str | Endpoint) for u in urls):
             raise ValueError("expected a URL or a non-empty list of URLs")
         return [u if isinstance(u, Endpoint) else Endpoint.parse(u) for u in urls]
+
+    @field_validator("progress_interval")
+    @classmethod
+    def _progress_interval(cls, value: float) -> float:
+        if value > MAX_PROGRESS_INTERVAL_S:
+            raise ValueError(
+                f'must be at most {MAX_PROGRESS_INTERVAL_S:g}s ("0s" turns progress records off)'
+            )
+        return value
 
     @field_validator("registration_token")
     @classmethod

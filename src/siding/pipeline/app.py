@@ -34,6 +34,7 @@ from siding.pipeline.controls import RouteControls
 from siding.pipeline.drain import Drain, fields, quiet_py4j, summary
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.park_batch import ParkBatchHandler
+from siding.pipeline.progress_store import ProgressStore
 from siding.pipeline.route_lock import RouteLock
 from siding.pipeline.session import build_session, effective_master, task_slots
 from siding.pipeline.settlements import SettlementStore
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 # Settlements are short-lived: tombstones need not outlive an hour.
 _SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "3600000"}
+# Progress records are rewritten every few hundred ms under a few keys: compact often, so a
+# start reads little (docs/replay.md).
+_PROGRESS = {**_COMPACTED, "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
 # Workers' in-flight reports (siding.pipeline.live): only the last hour's are of any use.
 _LIVE = {"cleanup.policy": "compact,delete", "retention.ms": "3600000", "segment.ms": "600000"}
 # Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
@@ -150,6 +154,7 @@ class Application:
         self._held.setdefault(route.name, []).append(state_producer)
         sources = self._sources[route.name]
         held = self._held_topics(route)
+        progress = self._progress_store(route)
         lanes = (sources, *((t,) for t in naming.route_lane_topics(route)))
         for lane, read in enumerate(lanes):
             name = naming.query_name(route.name, lane)
@@ -170,6 +175,7 @@ class Application:
                 parallelism=self.spark.sparkContext.defaultParallelism,
                 controls=self.controls,
                 drain=self.drain,
+                progress=progress,
             )
             checkpoint = Path(config.spark.checkpoint_dir) / naming.checkpoint_subdir(
                 route.name, lane
@@ -201,6 +207,19 @@ class Application:
                 route.group, naming.park_topic(route.name)
             )
             self._start_park_lane(route, partitions, state_producer)
+
+    def _progress_store(self, route: RouteConfig) -> ProgressStore | None:
+        """What earlier attempts of the route's batches made durable (docs/replay.md)."""
+        if route.progress_interval <= 0:
+            return None
+        tail = TopicTail(
+            self.config.kafka.client_config(), naming.state_topic(route.name, "progress")
+        )
+        self._tails.append(tail)
+        self._held.setdefault(route.name, []).append(tail)
+        store = ProgressStore(tail.topic, tail.read_new)
+        store.catch_up()
+        return store
 
     def _start_park_lane(
         self, route: RouteConfig, partitions: int, state_producer: DurableProducer
@@ -286,6 +305,8 @@ class Application:
         specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
         specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
         specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+        if route.progress_interval > 0:
+            specs.append(TopicSpec(naming.state_topic(route.name, "progress"), 1, _PROGRESS))
         specs.append(TopicSpec(naming.state_topic(route.name, naming.LIVE), 1, _LIVE))
         if self._held_topics(route):
             specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))

@@ -6,6 +6,7 @@ and written its lane/DLQ records durably, and the key-parking state is written t
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -22,6 +23,8 @@ from siding.pipeline.controls import RouteControls
 from siding.pipeline.drain import Drain, DrainStopped, Sleep
 from siding.pipeline.keystate import KeyParking
 from siding.pipeline.plan import build_plan
+from siding.pipeline.progress import ProgressPlan
+from siding.pipeline.progress_store import ProgressStore
 from siding.pipeline.rows import SELECT_EXPR
 from siding.pipeline.task import TaskResult, deliver_partition
 from siding.routing import story
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 # Errors that mean "stop the route", not "try the batch again".
 _FATAL_MARKERS = ("DlqFloodError", "EndpointGoneError")
+
+# Set by Spark on the query's thread; a new checkpoint is a new query (docs/replay.md).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 # try_*: a lane record without (or with a garbled) not-before header must not fail the batch;
 # it is dead-lettered with a reason by the task instead.
@@ -69,6 +75,7 @@ class LaneBatchHandler:
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
+    progress: ProgressStore | None = None
 
     @property
     def query(self) -> str:
@@ -119,9 +126,38 @@ class LaneBatchHandler:
 
     def _run_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
         where = f"route {self.route.name} lane {self.lane} batch {batch_id}"
-        return run_with_retries(lambda: self._run(rows), where, self.stop, self.attempts)
+        query_id = rows.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY) or ""
+        attempt = itertools.count(1)
 
-    def _run(self, rows: DataFrame) -> list[TaskResult]:
+        def run() -> list[TaskResult]:
+            progress = self._progress_plan(query_id, batch_id, next(attempt))
+            results = self._run(rows, progress)
+            skipped = sum(r.skipped for r in results)
+            if skipped:
+                log.info(
+                    "%s: %d record(s) made durable by an earlier attempt were not delivered again",
+                    where,
+                    skipped,
+                )
+            return results
+
+        return run_with_retries(run, where, self.stop, self.attempts)
+
+    def _progress_plan(self, query_id: str, batch_id: int, attempt: int) -> ProgressPlan | None:
+        """Where tasks record their progress, with what earlier attempts of the batch recorded
+        (read again before a second attempt in this driver; at start for the first)."""
+        store, interval_s = self.progress, self.route.progress_interval
+        if store is None or not query_id or interval_s <= 0:
+            return None
+        if attempt > 1:
+            try:
+                store.catch_up()
+            except Exception as exc:  # nothing more known: delivered again
+                log.warning("route %s: progress not read: %s", self.route.name, exc)
+        known = store.known(self.query, query_id, batch_id)
+        return ProgressPlan(store.topic, self.query, query_id, batch_id, interval_s, known)
+
+    def _run(self, rows: DataFrame, progress: ProgressPlan | None = None) -> list[TaskResult]:
         rdd = rows.rdd
         plan = build_plan(
             self.controls.effective(self.route),
@@ -132,6 +168,7 @@ class LaneBatchHandler:
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
             registry_topic=self.controls.registry_topic,
             drain_file=self.drain.signal_file(self.route.name),
+            progress=progress,
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results

@@ -17,6 +17,7 @@ from siding.dispatch import (
     ParkSettings,
 )
 from siding.model import Ordering
+from siding.pipeline.progress import ProgressPlan
 from siding.policy import deadline_for
 from siding.routing.settlement import Settlement
 
@@ -42,6 +43,8 @@ class TaskPlan:
     registry_topic: str = ""
     # A file that appears when a draining stop begins (siding.pipeline.drain); "" for none.
     drain_file: str = ""
+    # Where tasks record what they made durable, and what earlier attempts did (docs/replay.md).
+    progress: ProgressPlan | None = None
     # Where the workers report their calls in flight now (siding.pipeline.live); "" for nowhere.
     live_topic: str = ""
 
@@ -106,6 +109,7 @@ def build_plan(
     breaker_epoch: int = 0,
     registry_topic: str = "",
     drain_file: str = "",
+    progress: ProgressPlan | None = None,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -126,5 +130,6 @@ def build_plan(
         breaker_epoch=breaker_epoch,
         registry_topic=registry_topic if route.takes_registrations else "",
         drain_file=drain_file,
+        progress=progress,
         live_topic=naming.state_topic(route.name, naming.LIVE),
     )

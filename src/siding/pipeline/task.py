@@ -33,6 +33,7 @@ from siding.model import Delivery, LaneHop
 from siding.pipeline.keystate import ParkEvent
 from siding.pipeline.parked import Adoption
 from siding.pipeline.plan import TaskPlan
+from siding.pipeline.progress_task import Tracker, begin
 from siding.pipeline.rows import Incoming, incoming, too_large
 from siding.pipeline.worker import POOL, runtime
 from siding.policy import Done, ToDlq, ToLane
@@ -73,6 +74,8 @@ class TaskResult:
     # (token, not-before ms) of the calls this task parked still running: a draining stop waits
     # for their settlements (siding.pipeline.drain).
     running_parked: tuple[tuple[str, int], ...] = ()
+    # A replayed batch: records left out because an earlier attempt made them durable.
+    skipped: int = 0
     # Output records produced for the records this task finished (docs/outputs.md).
     outputs: int = 0
 
@@ -207,18 +210,26 @@ def not_due(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Inco
     return [i for i in items if not i.malformed and i.not_before_ms > horizon]
 
 
-def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
-    """Deliver one slice and write its lane/DLQ records; raises if anything is not durable."""
+def run_slice(
+    plan: TaskPlan,
+    rows: Iterable[Sequence[Any]],
+    partition_id: int,
+    progress: Tracker | None = None,
+) -> TaskResult:
+    """Deliver one slice and write its lane/DLQ records; raises if anything is not durable.
+    ``progress`` records what becomes durable and leaves out what already is (docs/replay.md)."""
     began = time.monotonic()
+    progress = progress or Tracker(None, partition_id)
     items = screen(incoming(rows, plan.lane, plan.hold_topic), plan.route.message_limit)
+    items = progress.screen(plan, items)
     if not items:
-        return TaskResult(pid=os.getpid(), host=socket.gethostname())
+        return TaskResult(pid=os.getpid(), host=socket.gethostname(), skipped=progress.skipped)
     now_ms = int(time.time() * 1000)
     later = not_due(plan, items, now_ms) + waiting_in_hold(plan, items, now_ms)
     work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
-    report = deliver(plan, plan.settings, work, partition_id)
+    report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
     dead = [s for s in settled if isinstance(s.step, ToDlq)]
@@ -242,6 +253,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
     ]
     if out:
         runtime().producer(plan.client_conf).write(out)
+    progress.written(plan)
     if os.environ.get("SIDING_TRACE_TASKS"):
         # Lands in the executor's stderr log: which process delivered what (scale-out checks).
         print(
@@ -259,6 +271,7 @@ def run_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) 
         stats=report.stats,
         park_events=park_events(plan, settled),
         dead_reasons=dead_reasons(dead),
+        skipped=progress.skipped,
     )
 
 
@@ -316,10 +329,15 @@ def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
 
 
 def deliver(
-    plan: TaskPlan, settings: DispatchSettings, work: Sequence[Work], partition_id: int
+    plan: TaskPlan,
+    settings: DispatchSettings,
+    work: Sequence[Work],
+    partition_id: int,
+    watch: Callable[[Transport], Transport] | None = None,
 ) -> DispatchReport:
     """Dispatch ``work`` on the worker's loop; calls it parks go on running there and are
-    settled when they answer. Parked calls still count against the endpoint's window."""
+    settled when they answer. Parked calls still count against the endpoint's window.
+    ``watch`` wraps the transport for this dispatch (the task's progress sees its ACKs)."""
     rt = runtime()
     route = plan.route
     # The connection pool is sized for the whole route: the transport outlives this batch.
@@ -339,6 +357,8 @@ def deliver(
         transport, breaker, timer = rt.endpoint(
             route, endpoint, settings.breaker, route.max_in_flight, plan.breaker_epoch
         )
+    if watch is not None:
+        transport = watch(transport)
     if plan.live_topic:
         transport = rt.live.counting(route.name, transport)
         reports = rt.producer(plan.client_conf, use="live")
@@ -394,6 +414,10 @@ def deliver_partition(plan: TaskPlan) -> Any:
     """The function handed to ``RDD.mapPartitionsWithIndex``."""
 
     def run(partition_id: int, rows: Iterator[Sequence[Any]]) -> Iterator[TaskResult]:
-        yield run_slice(plan, rows, partition_id)
+        progress = begin(plan, partition_id)
+        try:
+            yield run_slice(plan, rows, partition_id, progress)
+        finally:
+            progress.close()  # a failed task still records the ACKs it got
 
     return run
