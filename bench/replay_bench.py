@@ -9,9 +9,9 @@ once in the middle of the large batch that catches up with what arrived while it
 Then a last run finishes, and the consumer's record file is counted: deliveries, distinct
 records, duplicates, and records lost (neither ACKed nor dead-lettered: must be 0).
 
-Run it with the code under test's interpreter: ``/work/main/.venv/bin/python -m
-bench.replay_bench --label before`` runs main's siding (the child ``siding run`` is started with
-the same interpreter). Writes ``bench/results/replay.json``, one entry per label.
+Run it with the code under test's interpreter: ``.venv/bin/python -m bench.replay_bench --label
+before`` in a checkout of the code before, then ``--label after`` in the one after (the child
+``siding run`` is started with the same interpreter). Writes ``bench/results/replay.json``, one entry per label.
 """
 
 from __future__ import annotations
