@@ -11,7 +11,8 @@ records, duplicates, and records lost (neither ACKed nor dead-lettered: must be 
 
 Run it with the code under test's interpreter: ``.venv/bin/python -m bench.replay_bench --label
 before`` in a checkout of the code before, then ``--label after`` in the one after (the child
-``siding run`` is started with the same interpreter). Writes ``bench/results/replay.json``, one entry per label.
+``siding run`` is started with the same interpreter). Writes ``bench/results/replay.json``, one
+entry per label.
 """
 
 from __future__ import annotations
