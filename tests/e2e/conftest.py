@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings
+from tests.e2e.loops import LoopThread
 
 
 @pytest.fixture
@@ -30,3 +31,11 @@ def sim_consumer(tmp_path: Path) -> Iterator[Callable[..., tuple[SimConsumerProc
     yield start
     for sim in started:
         sim.stop()
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    """An asyncio loop on its own thread, closed after the test."""
+    loop = LoopThread()
+    yield loop
+    loop.close()

@@ -4,15 +4,11 @@ where an unfinished run stopped (docs/backfill.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pytest
 from confluent_kafka import Producer
 
 from siding import naming
@@ -26,35 +22,13 @@ from siding.model import Delivery
 from siding.pipeline.backfill import run_backfill, state_path
 from siding.pipeline.backfill_range import State, parse_bound
 from siding.routing import story
+from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RECORDS = 40
 DEAD_AT = 15
-
-
-class LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    loop = LoopThread()
-    yield loop
-    loop.close()
 
 
 def test_a_backfill_delivers_the_range_once_and_resumes_where_it_stopped(

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import grpc.aio
-import pytest
 from aiohttp import web
 from confluent_kafka import Producer
 
@@ -40,6 +37,7 @@ from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensur
 from siding.model import Delivery
 from siding.transport.grpc_common import delivery_from_proto, result_to_proto
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
+from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -102,31 +100,6 @@ class BatchesOnly(consumer_pb2_grpc.ConsumerServicer):
             deliveries = [delivery_from_proto(d) for d in frame.deliveries]
             results = await asyncio.gather(*(handle(self.seen.handle, d) for d in deliveries))
             yield consumer_pb2.ResultBatch(results=[result_to_proto(r) for r in results])
-
-
-class LoopThread:
-    """An asyncio loop on a daemon thread, for the consumer services living beside the test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    loop = LoopThread()
-    yield loop
-    loop.close()
 
 
 def grpc_consumer(loop: LoopThread, seen: Seen) -> tuple[str, Callable[[], None]]:

@@ -4,15 +4,11 @@ own origin topic (docs/configuration.md, "Source topics")."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pytest
 from confluent_kafka import Producer
 
 from siding.consumer import ConsumerServer, Reply, ack, dead
@@ -21,34 +17,10 @@ from siding.devkit.harness import PipelineRun
 from siding.devkit.wait import wait_until
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.model import Delivery
+from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-class LoopThread:
-    """An asyncio loop on a daemon thread, for the consumer server beside the test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    loop = LoopThread()
-    yield loop
-    loop.close()
 
 
 def _produce(bootstrap: str, topic: str) -> None:

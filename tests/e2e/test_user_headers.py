@@ -3,10 +3,7 @@ lane and in the DLQ, over gRPC and HTTP, while siding's own story still steers e
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +20,7 @@ from siding.devkit.wait import wait_until
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.model import Delivery
 from siding.routing import story
+from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,24 +41,6 @@ class Seen:
     attempt: int
     lane: int
     headers: tuple[tuple[str, str], ...]
-
-
-class LoopThread:
-    """An asyncio loop on a daemon thread, for a consumer server living beside the test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
 
 
 def _text(headers: Any) -> tuple[tuple[str, str], ...]:
@@ -107,13 +87,6 @@ def _http_consumer(loop: LoopThread, seen: list[Seen]) -> tuple[str, Callable[[]
 
     port = loop.run(start())
     return f"http://127.0.0.1:{port}/hook", lambda: loop.run(runner.cleanup())
-
-
-@pytest.fixture
-def loop_thread() -> Iterator[LoopThread]:
-    loop = LoopThread()
-    yield loop
-    loop.close()
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
