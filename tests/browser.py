@@ -69,7 +69,30 @@ class Page:
         request = urllib.request.Request(f"http://{port}/json/new?{url}", method="PUT")
         with urllib.request.urlopen(request, timeout=30) as answer:
             target = json.load(answer)
-        return cls(process, target["webSocketDebuggerUrl"])
+        page = cls(process, target["webSocketDebuggerUrl"])
+        try:
+            page._wait_loaded(url)
+        except BaseException:
+            page.close()
+            raise
+        return page
+
+    def _wait_loaded(self, url: str, timeout_s: float = 30.0) -> None:
+        """Until the tab shows ``url`` fully parsed: the tab starts on a blank document and an
+        expression evaluated while it navigates sees no ``document.body`` (or a context that is
+        being replaced), so nothing is read from the page before this."""
+        expression = (
+            f"location.href === {json.dumps(url)} && document.readyState === 'complete'"
+            " && document.body !== null"
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(BrowserError):
+                if self.evaluate(expression):
+                    return
+            if time.monotonic() > deadline:
+                raise BrowserError(f"{url} not loaded within {timeout_s} s")
+            time.sleep(0.1)
 
     def __enter__(self) -> Page:
         return self
