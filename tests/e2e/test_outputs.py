@@ -131,6 +131,7 @@ class Consumer:
     def __exit__(self, *_: object) -> None:
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
+        self._loop.close()
 
 
 @pytest.fixture

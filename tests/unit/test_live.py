@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from siding.control.kafka_view import RouteKafka, in_flight_by_label
@@ -120,6 +121,36 @@ def test_a_report_that_cannot_be_written_is_dropped_and_the_next_one_goes() -> N
 
     written = asyncio.run(scenario())
     assert written, "the report after a failed one was written"
+
+
+def test_a_sink_that_cannot_be_written_holds_no_other_route_back() -> None:
+    """A route whose reports hang (its Kafka away, its topic deleted) must not stop the others'
+    reports: the driver reads a report older than 5 s as nothing."""
+
+    async def scenario() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        orders: list[OutRecord] = []
+        tries = [0]
+
+        def hangs(_: Sequence[OutRecord]) -> None:
+            tries[0] += 1
+            time.sleep(0.4)
+            raise RuntimeError("timed out")
+
+        calls = LiveCalls(loop, interval_s=0.02)
+        inner = _SlowTransport()
+        calls.report_to("gone", "siding.gone.state-live", hangs)
+        calls.report_to("orders", "siding.orders.state-live", orders.extend)
+        send = asyncio.create_task(calls.counting("orders", inner).send(_delivery(1, 0), 5.0))
+        await asyncio.sleep(1.0)
+        inner.release.set()
+        await send
+        return len(orders), tries[0]
+
+    reported, tries = asyncio.run(scenario())
+    assert reported >= 10, f"only {reported} reports in 1 s at a 20 ms interval"
+    # Nothing was open on "gone": its report of 0 is not tried again every interval.
+    assert tries == 1
 
 
 def test_status_and_metrics_show_the_calls_open_now() -> None:

@@ -110,6 +110,7 @@ class _Sink:
     writer: Writer
     last_sent: dict[int, int] | None = None
     last_at: float = 0.0
+    writing: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -159,20 +160,27 @@ class LiveCalls:
     async def _report(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
+            # Each route's report on its own: a sink whose write hangs (its Kafka away, its topic
+            # gone with a route deleted at runtime) holds no other route's report back; its own
+            # next report waits until that write ended.
             for route, sink in list(self._sinks.items()):
-                now = self.clock()
-                current = self.due(route, now)
-                if current is None:
-                    continue
-                record = OutRecord(
-                    sink.topic,
-                    self._worker.encode(),
-                    encode_report(current, int(now * 1000)),
-                    (),
-                )
-                try:
-                    await self.loop.run_in_executor(None, sink.writer, [record])
-                except Exception as exc:  # best effort: the next report replaces this one
-                    log.debug("in-flight report for %s not written: %s", route, exc)
-                    continue
-                sink.last_sent, sink.last_at = current, now
+                if sink.writing is None or sink.writing.done():
+                    sink.writing = self.loop.create_task(self._report_one(route, sink))
+
+    async def _report_one(self, route: str, sink: _Sink) -> None:
+        now = self.clock()
+        current = self.due(route, now)
+        if current is None:
+            return
+        record = OutRecord(
+            sink.topic, self._worker.encode(), encode_report(current, int(now * 1000)), ()
+        )
+        try:
+            await self.loop.run_in_executor(None, sink.writer, [record])
+        except Exception as exc:  # best effort: the next report replaces this one
+            log.debug("in-flight report for %s not written: %s", route, exc)
+            if current:
+                return
+            # Nothing open: the driver reads the last report as nothing once it is stale, so a
+            # report of 0 that cannot be written is not tried again every interval.
+        sink.last_sent, sink.last_at = current, now
