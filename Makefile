@@ -73,8 +73,12 @@ test-sdk-java: $(STAMPS)/sdk-java
 demo: setup
 	$(VENV)/bin/siding demo
 
+# Two pytest workers, each with its own broker and Spark session, one test file per worker at a
+# time: most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
+PYTEST_WORKERS ?= 2
+
 test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
 
 # The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
 test-sdk-python: setup

@@ -156,7 +156,8 @@ async def test_a_consumer_without_deliver_batches_gets_deliver_stream_and_one_lo
         again = await asyncio.gather(*(t.send(delivery(n), 5) for n in range(10, 20)))
         assert not t.batching
     assert {o.kind for o in first + again} == {OutcomeKind.ACK}  # no attempt spent, no suspect
-    lines = [r.getMessage() for r in caplog.records]
+    # siding's own lines only: grpc's asyncio poller may log a callback error under load
+    lines = [r.getMessage() for r in caplog.records if r.name == "siding.transport.grpc_batch"]
     assert len(lines) == 1 and "does not implement DeliverBatches" in lines[0]
 
 
