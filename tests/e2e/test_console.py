@@ -69,11 +69,13 @@ def _shows_the_status(page: Page, status: dict[str, Any], topic: str) -> None:
     main = next(lane for lane in status["lanes"] if lane["lane"] == 0)
     lane_rows = _cells(page, f"[id='route-{name}'] table.lanes")
     shown = next(row for row in lane_rows if row[0] == "main")
-    assert shown[2:6] == [
+    assert shown[2:8] == [
         f"{main['records']:,}",
         f"{main['acked']:,}",
         f"{main['to_lane']:,}",
         f"{main['to_dlq']:,}",
+        f"{main['parked']:,}",
+        f"{main['outputs']:,}",
     ]
     partitions = _cells(page, f"[id='route-{name}'] table.partitions")
     assert sorted(row[0] for row in partitions) == [f"{topic}-{p}" for p in range(3)]

@@ -42,7 +42,7 @@ def top_view(status: dict[str, Any]) -> RenderableType:
         parts.append(Text(f"last error: {status['last_error']}", style="red"))
     table = Table(box=None, pad_edge=False)
     for column in (
-        "route", "lane", "rate/s", "records", "ack", "→ lane", "→ DLQ", "parked",
+        "route", "lane", "rate/s", "records", "ack", "→ lane", "→ DLQ", "parked", "outputs",
         "in flight now", "peak", "p50 ms", "p99 ms", "breaker", "suspects", "last batch s",
     ):  # fmt: skip
         table.add_column(column, justify="left" if column in ("route", "lane") else "right")
@@ -63,6 +63,7 @@ def top_view(status: dict[str, Any]) -> RenderableType:
                 f"{lane.get('to_lane', 0):,}",
                 f"{lane.get('to_dlq', 0):,}",
                 f"{lane.get('parked', 0):,}",
+                f"{lane.get('outputs', 0):,}",
                 _open(open_now, lane),
                 f"{lane.get('in_flight_last_batch', 0):,}",
                 _ms(latency.get("p50", 0.0)),
