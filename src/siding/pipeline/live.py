@@ -21,6 +21,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from siding.model import Delivery, Outcome
@@ -124,6 +125,11 @@ class LiveCalls:
     _sinks: dict[str, _Sink] = field(default_factory=dict)
     _reporter: asyncio.Task[None] | None = None
     _worker: str = field(default_factory=worker_name)
+    # Reports are written on threads of their own: a write that hangs until its timeout must
+    # not hold up the loop's default executor, where parked calls write their settlements.
+    _writers: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="siding-live")
+    )
 
     def counting(self, route: str, transport: Transport) -> Transport:
         return _Counting(transport, self, route)
@@ -176,7 +182,7 @@ class LiveCalls:
             sink.topic, self._worker.encode(), encode_report(current, int(now * 1000)), ()
         )
         try:
-            await self.loop.run_in_executor(None, sink.writer, [record])
+            await self.loop.run_in_executor(self._writers, sink.writer, [record])
         except Exception as exc:  # best effort: the next report replaces this one
             log.debug("in-flight report for %s not written: %s", route, exc)
             if current:
