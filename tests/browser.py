@@ -81,18 +81,12 @@ class Page:
         """Until the tab shows ``url`` fully parsed: the tab starts on a blank document and an
         expression evaluated while it navigates sees no ``document.body`` (or a context that is
         being replaced), so nothing is read from the page before this."""
-        expression = (
+        self.wait_for(
             f"location.href === {json.dumps(url)} && document.readyState === 'complete'"
-            " && document.body !== null"
+            " && document.body !== null",
+            timeout_s,
+            navigating=True,
         )
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(BrowserError):
-                if self.evaluate(expression):
-                    return
-            if time.monotonic() > deadline:
-                raise BrowserError(f"{url} not loaded within {timeout_s} s")
-            time.sleep(0.1)
 
     def __enter__(self) -> Page:
         return self
@@ -128,11 +122,14 @@ class Page:
             raise BrowserError(f"{expression}: {answer['exceptionDetails']}")
         return answer["result"].get("value")
 
-    def wait_for(self, expression: str, timeout_s: float = 30.0) -> Any:
-        """Until ``expression`` is truthy in the page; its value."""
+    def wait_for(self, expression: str, timeout_s: float = 30.0, navigating: bool = False) -> Any:
+        """Until ``expression`` is truthy in the page; its value. ``navigating``: an error
+        (the page not there yet) counts as not true yet."""
         deadline = time.monotonic() + timeout_s
         while True:
-            value = self.evaluate(expression)
+            value = None
+            with contextlib.suppress(*((BrowserError,) if navigating else ())):
+                value = self.evaluate(expression)
             if value:
                 return value
             if time.monotonic() > deadline:

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,7 @@ from siding.pipeline.app import Application, RouteFailed
 from siding.routing.outputs import OUTPUT_ID
 from siding_consumer import ConsumerServer, Delivery, Output, Reply, ack
 from siding_consumer.envelope import delivery_from_request, single_answer
+from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,12 +77,12 @@ class Consumer:
         self.release = threading.Event()
         self._slow_done = False
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
+        self._loops = LoopThread()
+        self._serving: Future[None] | None = None
         self._stop = asyncio.Event()
         self._ready = threading.Event()
         self.target = ""
         self.webhook = ""
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._serve(),))
 
     async def handle(self, d: Delivery) -> Reply:
         seq = int((d.key or b"").decode())
@@ -123,15 +125,16 @@ class Consumer:
             await runner.cleanup()
 
     def __enter__(self) -> Consumer:
-        self._thread.start()
+        self._serving = asyncio.run_coroutine_threadsafe(self._serve(), self._loops.loop)
         self._ready.wait(30)
         assert self.target and self.webhook, "the consumer servers did not start"
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        self._loop.close()
+        self._loops.loop.call_soon_threadsafe(self._stop.set)
+        if self._serving is not None:
+            self._serving.result(30)
+        self._loops.close()
 
 
 @pytest.fixture
