@@ -13,7 +13,7 @@ from siding.config import parse_config
 from siding.model import Delivery, OutcomeKind, delivery_id
 from siding.pipeline.rows import Incoming, wire_size
 from siding.pipeline.task import screen
-from siding.transport.grpc_stream import GrpcStreamTransport, stream_ended
+from siding.transport.grpc_stream import RESEND, GrpcStreamTransport, stream_ended
 from siding.transport.grpc_unary import GrpcUnaryTransport
 from siding.transport.outcomes import outcome_from_grpc, outcome_from_http, oversize
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
@@ -123,38 +123,54 @@ async def test_a_consumer_with_grpcs_default_receive_limit_refuses_a_6_mib_deliv
     assert small.kind is OutcomeKind.ACK
 
 
-class SlowAck(AckAll):
-    async def DeliverStream(
-        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], _context: Context
-    ) -> AsyncIterator[consumer_pb2.Result]:
-        async for request in request_iterator:
-            await asyncio.sleep(0.3)  # still out when the big one arrives
-            yield consumer_pb2.Result(delivery_id=request.id, verdict=consumer_pb2.VERDICT_ACK)
+class ReadsAheadSlowAck(AckAll):
+    """Reads every delivery as it comes and answers each 0.3 s later, as the SDKs do."""
+
+    async def DeliverStream(  # type: ignore[override]
+        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context
+    ) -> None:
+        one_writer = asyncio.Lock()  # gRPC takes one write at a time
+
+        async def answer(delivery_id: str) -> None:
+            await asyncio.sleep(0.3)
+            ack = consumer_pb2.Result(delivery_id=delivery_id, verdict=consumer_pb2.VERDICT_ACK)
+            async with one_writer:
+                await context.write(ack)
+
+        answers = [asyncio.create_task(answer(r.id)) async for r in request_iterator]
+        await asyncio.gather(*answers)
 
 
 async def test_on_the_stream_only_the_delivery_the_consumer_refused_for_its_size_is_dead() -> None:
     # Given a stream consumer with a 1 MiB receive limit and siding's own limit above it
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MiB)])
-    consumer_pb2_grpc.add_ConsumerServicer_to_server(SlowAck(), server)
+    consumer_pb2_grpc.add_ConsumerServicer_to_server(ReadsAheadSlowAck(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     transport = GrpcStreamTransport(f"127.0.0.1:{port}")
     try:
-        # When a small delivery is out and a 2 MiB one follows (the consumer breaks the stream)
-        small = asyncio.create_task(transport.send(item(1, 10).delivery, 10))
+        # When ten small deliveries are out and a 2 MiB one follows (the consumer breaks the
+        # stream with the small ones in its hands)
+        small = [asyncio.create_task(transport.send(item(n, 10).delivery, 10)) for n in range(10)]
         await asyncio.sleep(0.05)
-        big = await transport.send(item(2, 2 * MiB).delivery, 10)
-        first = await small
-        again = await transport.send(item(1, 10).delivery, 10)
+        big = await transport.send(item(99, 2 * MiB).delivery, 10)
+        answers = await asyncio.gather(*small)
     finally:
         await transport.close()
         await server.stop(0)
-    # Then the big one is DEAD with both sizes; the small one is answered or sent again, never
-    # suspected (the culprit is known)
+    # Then the big one is DEAD with both sizes
     assert big.kind is OutcomeKind.DEAD, big
     assert "too large" in big.reason and f"accepts at most {MiB}" in big.reason
-    assert first.kind in (OutcomeKind.ACK, OutcomeKind.BACKOFF) and not first.lost
-    assert again.kind is OutcomeKind.ACK
+    # And the small ones went again on a new stream and were answered: not one BACKOFF (ten
+    # would open the breaker of a consumer that is up) and not one suspect
+    assert [a.kind for a in answers] == [OutcomeKind.ACK] * 10, answers
+
+
+def test_a_size_refusal_sends_every_other_delivery_of_the_stream_again() -> None:
+    cause = "stream broke: grpc RESOURCE_EXHAUSTED: Received message larger than max (999 vs. 100)"
+    refused, written, unsent = stream_ended(cause, [(True, 999), (True, 10), (False, 12)])
+    assert refused.kind is OutcomeKind.DEAD
+    assert written is RESEND and unsent is RESEND
 
 
 def test_a_broken_stream_suspects_only_what_was_written() -> None:

@@ -13,10 +13,11 @@ import grpc
 import grpc.aio
 
 from siding.errors import TransportError
-from siding.model import Delivery, Outcome, OutcomeKind
-from siding.transport.batching import BatchLimits, Expiry, Gatherer, framed_size
+from siding.model import Delivery, Outcome
+from siding.transport.batching import BatchLimits, Gatherer, framed_size
 from siding.transport.grpc_common import ChannelOption, delivery_to_proto
 from siding.transport.grpc_stream import (
+    RESEND,
     GrpcStreamTransport,
     StreamCall,
     _Pending,
@@ -24,8 +25,6 @@ from siding.transport.grpc_stream import (
     stream_ended,
 )
 from siding.transport.outcomes import (
-    outcome_from_connection_error,
-    outcome_from_timeout,
     oversize,
     too_large,
 )
@@ -35,9 +34,6 @@ from siding.v1 import consumer_pb2, consumer_pb2_grpc
 log = logging.getLogger(__name__)
 
 BatchCall = grpc.aio.StreamStreamCall[consumer_pb2.DeliveryBatch, consumer_pb2.ResultBatch]
-# Never reaches the dispatcher: the transport sends the delivery again itself, within its
-# deadline (on DeliverStream after UNIMPLEMENTED; in smaller frames after a size refusal).
-RESEND = Outcome(OutcomeKind.BACKOFF, "sent again")
 _Item = tuple[_Pending, str, consumer_pb2.Delivery]
 
 
@@ -50,17 +46,16 @@ def batch_stream_ended(
 
     - a refused frame ("larger than max (N vs. M)", N its size) of one delivery: that delivery
       is too large, to the DLQ; of several: each is sent again (``RESEND``) in frames of at most
-      M bytes, without spending an attempt;
+      M bytes, without spending an attempt; every other delivery of the stream (in an earlier
+      frame, or not yet written) is sent again too: the consumer is up, nothing to back off from;
     - otherwise as ``stream_ended`` (written deliveries are suspects, unless we closed it).
     """
     sizes = oversize(cause)
     if sizes is not None and any(w and size == sizes[0] for w, size, _ in entries):
         big, limit = sizes
-        unreached = outcome_from_connection_error(TransportError(cause))
         refused = too_large(f"{big} bytes, the consumer accepts at most {limit}: {cause}")
         outcomes = [
-            (refused if count == 1 else RESEND) if w and size == big else unreached
-            for w, size, count in entries
+            refused if w and size == big and count == 1 else RESEND for w, size, count in entries
         ]
         return outcomes, limit
     return stream_ended(cause, [(w, size) for w, size, _ in entries], ours=ours), None
@@ -217,26 +212,3 @@ class GrpcBatchTransport(GrpcStreamTransport):
                 limit,
             )
             self.limits = BatchLimits(self.limits.max_items, self.limits.linger_s, max(1, limit))
-
-    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
-        loop = asyncio.get_running_loop()
-        wait = Expiry(deadline_s)
-        # One timer handle instead of asyncio.timeout: a fifth of the CPU a delivery costs here.
-        timer = loop.call_later(deadline_s, wait.expire)
-        try:
-            while not wait.expired:
-                stream = self._stream_for(delivery.id)
-                entry = stream.submit(delivery)
-                waiter: asyncio.Future[Outcome] = loop.create_future()
-                wait.waiter = waiter
-                entry.waiters.append(waiter)
-                try:
-                    outcome = await waiter
-                finally:
-                    entry.waiters.remove(waiter)
-                    stream.forget(delivery.id, entry)
-                if outcome is not RESEND:
-                    return outcome
-            return outcome_from_timeout(deadline_s)
-        finally:
-            timer.cancel()
