@@ -40,6 +40,7 @@ from siding.pipeline.backfill_range import (
 from siding.pipeline.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.controls import RouteControls
 from siding.pipeline.keystate import KeyParking
+from siding.pipeline.route_lock import CheckpointBusy, RouteLock
 from siding.pipeline.task import TaskResult
 from siding.routing.audit import TOPIC_CONFIG, audit_record, who
 from siding.routing.producer import DurableProducer
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("siding.backfill")
 
 STATE_FILE = "backfill.json"
+LOCK_FILE = "backfill.lock"
 DEFAULT_CHUNK = 5000
 DEFAULT_MAX_IN_FLIGHT = 100
 COUNTS = ("records", "acked", "laned", "dead")
@@ -182,13 +184,56 @@ def run_backfill(
     stop: threading.Event | None = None,
     clock: Callable[[], float] = time.time,
 ) -> State:
-    """Backfill ``route_name`` from ``start`` to ``end``; the final state (its ``counts``)."""
+    """Backfill ``route_name`` from ``start`` to ``end``; the final state (its ``counts``).
+
+    One backfill of a route at a time: two would read the same state file and deliver the same
+    chunks, so the second is refused before it reads anything."""
     route = config.route_named(route_name)
     if route.ordering is Ordering.KEY:
         raise BackfillError(
             f"route {route.name}: backfill of a key-mode route is not supported yet"
             " (its key state is shared with the live route)"
         )
+    lock = RouteLock(moves.route_dir_of(config, route), f"siding backfill {route.name}", LOCK_FILE)
+    try:
+        lock.acquire()
+    except CheckpointBusy as busy:
+        raise BackfillError(
+            f"route {route.name}: another backfill of it is running ({busy.holder}):"
+            " one at a time, wait for it or stop it (it resumes where it stopped)"
+        ) from None
+    try:
+        return _backfill(
+            config,
+            route,
+            start,
+            end,
+            max_in_flight=max_in_flight,
+            per_chunk=per_chunk,
+            spark=spark,
+            on_start=on_start,
+            on_chunk=on_chunk,
+            stop=stop,
+            clock=clock,
+        )
+    finally:
+        lock.release()
+
+
+def _backfill(
+    config: SidingConfig,
+    route: RouteConfig,
+    start: Bound,
+    end: Bound,
+    *,
+    max_in_flight: int,
+    per_chunk: int,
+    spark: SparkSession | None,
+    on_start: Callable[[Progress], None],
+    on_chunk: Callable[[Progress, int], None],
+    stop: threading.Event | None,
+    clock: Callable[[], float],
+) -> State:
     state, resumed = plan_state(config, route, start, end, round(clock() * 1000))
     path = state_path(config, route)
     todo = chunks(state.ranges, state.done, per_chunk)

@@ -1,8 +1,10 @@
 """One process at a time per route checkpoint: ``<checkpoint_dir>/<route>/siding.lock``.
 
 ``siding run`` holds it for each route while it runs, ``siding offsets reset --execute`` while
-it moves the route. It is an ``flock``: the kernel drops it when its process ends, killed or
-not, so a crash never leaves a stale lock. The file says who holds it (for the error line).
+it moves the route; ``siding backfill`` holds its own, ``backfill.lock`` beside it (a backfill
+runs beside the live route, never beside another backfill of it). It is an ``flock``: the
+kernel drops it when its process ends, killed or not, so a crash never leaves a stale lock.
+The file says who holds it (for the error line).
 """
 
 from __future__ import annotations
@@ -39,14 +41,15 @@ def _describe(text: str) -> str:
 class RouteLock:
     """``acquire`` or raise ``CheckpointBusy``; ``release`` (also when never acquired)."""
 
-    def __init__(self, route_dir: Path, what: str) -> None:
+    def __init__(self, route_dir: Path, what: str, name: str = LOCK_FILE) -> None:
         self.route_dir = route_dir
         self.what = what
+        self.name = name
         self._fd: int | None = None
 
     @property
     def path(self) -> Path:
-        return self.route_dir / LOCK_FILE
+        return self.route_dir / self.name
 
     def acquire(self, wait_s: float = 0.0) -> RouteLock:
         """Take the lock, trying for up to ``wait_s`` (another command may be peeking)."""
