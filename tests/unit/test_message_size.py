@@ -10,6 +10,8 @@ import grpc.aio
 import pytest
 
 from siding.config import parse_config
+from siding.consumer import ConsumerServer, Reply, ack
+from siding.consumer import Delivery as ConsumerDelivery
 from siding.model import Delivery, OutcomeKind, delivery_id
 from siding.pipeline.rows import Incoming, wire_size
 from siding.pipeline.task import screen
@@ -123,41 +125,28 @@ async def test_a_consumer_with_grpcs_default_receive_limit_refuses_a_6_mib_deliv
     assert small.kind is OutcomeKind.ACK
 
 
-class ReadsAheadSlowAck(AckAll):
-    """Reads every delivery as it comes and answers each 0.3 s later, as the SDKs do."""
-
-    async def DeliverStream(  # type: ignore[override]
-        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context
-    ) -> None:
-        one_writer = asyncio.Lock()  # gRPC takes one write at a time
-
-        async def answer(delivery_id: str) -> None:
-            await asyncio.sleep(0.3)
-            ack = consumer_pb2.Result(delivery_id=delivery_id, verdict=consumer_pb2.VERDICT_ACK)
-            async with one_writer:
-                await context.write(ack)
-
-        answers = [asyncio.create_task(answer(r.id)) async for r in request_iterator]
-        await asyncio.gather(*answers)
+async def slow_ack(_d: ConsumerDelivery) -> Reply:
+    await asyncio.sleep(0.3)  # still out when the big one arrives
+    return ack()
 
 
 async def test_on_the_stream_only_the_delivery_the_consumer_refused_for_its_size_is_dead() -> None:
-    # Given a stream consumer with a 1 MiB receive limit and siding's own limit above it
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MiB)])
-    consumer_pb2_grpc.add_ConsumerServicer_to_server(ReadsAheadSlowAck(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    transport = GrpcStreamTransport(f"127.0.0.1:{port}")
-    try:
-        # When ten small deliveries are out and a 2 MiB one follows (the consumer breaks the
-        # stream with the small ones in its hands)
-        small = [asyncio.create_task(transport.send(item(n, 10).delivery, 10)) for n in range(10)]
-        await asyncio.sleep(0.05)
-        big = await transport.send(item(99, 2 * MiB).delivery, 10)
-        answers = await asyncio.gather(*small)
-    finally:
-        await transport.close()
-        await server.stop(0)
+    # Given a stream consumer (it reads ahead, as the SDKs do) with a 1 MiB receive limit and
+    # siding's own limit above it
+    limit = (("grpc.max_receive_message_length", MiB),)
+    async with ConsumerServer(slow_ack, options=limit) as server:
+        transport = GrpcStreamTransport(server.target)
+        try:
+            # When ten small deliveries are out and a 2 MiB one follows (the consumer breaks
+            # the stream with the small ones in its hands)
+            small = [
+                asyncio.create_task(transport.send(item(n, 10).delivery, 10)) for n in range(10)
+            ]
+            await asyncio.sleep(0.05)
+            big = await transport.send(item(99, 2 * MiB).delivery, 10)
+            answers = await asyncio.gather(*small)
+        finally:
+            await transport.close()
     # Then the big one is DEAD with both sizes
     assert big.kind is OutcomeKind.DEAD, big
     assert "too large" in big.reason and f"accepts at most {MiB}" in big.reason
