@@ -14,7 +14,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,6 +171,23 @@ def _event(
     }
 
 
+@contextmanager
+def _only_backfill_of(config: SidingConfig, route: RouteConfig) -> Iterator[None]:
+    """Hold the route's backfill lock (``backfill.lock``, not the live route's) for the run."""
+    lock = RouteLock(moves.route_dir_of(config, route), f"siding backfill {route.name}", LOCK_FILE)
+    try:
+        lock.acquire()
+    except CheckpointBusy as busy:
+        raise BackfillError(
+            f"route {route.name}: another backfill of it is running ({busy.holder}):"
+            " one at a time, wait for it or stop it (it resumes where it stopped)"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def run_backfill(
     config: SidingConfig,
     route_name: str,
@@ -194,127 +212,88 @@ def run_backfill(
             f"route {route.name}: backfill of a key-mode route is not supported yet"
             " (its key state is shared with the live route)"
         )
-    lock = RouteLock(moves.route_dir_of(config, route), f"siding backfill {route.name}", LOCK_FILE)
-    try:
-        lock.acquire()
-    except CheckpointBusy as busy:
-        raise BackfillError(
-            f"route {route.name}: another backfill of it is running ({busy.holder}):"
-            " one at a time, wait for it or stop it (it resumes where it stopped)"
-        ) from None
-    try:
-        return _backfill(
-            config,
-            route,
-            start,
-            end,
-            max_in_flight=max_in_flight,
-            per_chunk=per_chunk,
-            spark=spark,
-            on_start=on_start,
-            on_chunk=on_chunk,
-            stop=stop,
-            clock=clock,
+    with _only_backfill_of(config, route):
+        state, resumed = plan_state(config, route, start, end, round(clock() * 1000))
+        path = state_path(config, route)
+        todo = chunks(state.ranges, state.done, per_chunk)
+        progress = Progress(
+            total=sum(total(c) for c in todo), resumed=resumed, counts=dict(state.counts)
         )
-    finally:
-        lock.release()
+        on_start(progress)
+        if not todo:
+            path.unlink(missing_ok=True)
+            return state
+        _write_state(path, state)
+        _ensure_route_topics(config, route, state.ranges)
+        delivering = backfill_route(route, max_in_flight)
+        client_conf = dict(config.kafka.client_config())
+        own_session = spark is None
+        if spark is None:
+            from siding.pipeline.session import build_session
 
+            spark = build_session(
+                config.spark.master,
+                app_name=f"{config.spark.app_name}-backfill",
+                extra=config.spark.conf_values(),
+            )
+        results: list[TaskResult] = []
 
-def _backfill(
-    config: SidingConfig,
-    route: RouteConfig,
-    start: Bound,
-    end: Bound,
-    *,
-    max_in_flight: int,
-    per_chunk: int,
-    spark: SparkSession | None,
-    on_start: Callable[[Progress], None],
-    on_chunk: Callable[[Progress, int], None],
-    stop: threading.Event | None,
-    clock: Callable[[], float],
-) -> State:
-    state, resumed = plan_state(config, route, start, end, round(clock() * 1000))
-    path = state_path(config, route)
-    todo = chunks(state.ranges, state.done, per_chunk)
-    progress = Progress(
-        total=sum(total(c) for c in todo), resumed=resumed, counts=dict(state.counts)
-    )
-    on_start(progress)
-    if not todo:
+        def collect(_route: str, _lane: int, done: list[TaskResult], _seconds: float) -> None:
+            results.extend(done)
+
+        producer = DurableProducer(client_conf)
+        handler = LaneBatchHandler(
+            route=delivering,
+            lane=0,
+            client_conf=client_conf,
+            parking=KeyParking(naming.state_topic(route.name, "keys")),
+            state_producer=producer,
+            stop=stop or threading.Event(),
+            sink=BatchSink(collect),
+            parallelism=spark.sparkContext.defaultParallelism,
+            controls=RouteControls({route.name: delivering}, config.control.registry_topic),
+        )
+        status = "failed"
+        try:
+            for number, chunk in enumerate(todo):
+                starting, ending = spark_offsets(chunk)
+                assign = _assign(chunk)
+                frame = (
+                    spark.read.format("kafka")
+                    .options(**config.kafka.spark_options())
+                    .option("assign", assign)
+                    .option("startingOffsets", starting)
+                    .option("endingOffsets", ending)
+                    .option("includeHeaders", "true")
+                    .option("failOnDataLoss", "false")
+                    .load()
+                )
+                results.clear()
+                handler(frame, number)
+                read = sum(r.records for r in results)
+                for name, value in (
+                    ("records", read),
+                    ("acked", sum(r.acked for r in results)),
+                    ("laned", sum(r.to_lane for r in results)),
+                    ("dead", sum(r.to_dlq for r in results)),
+                ):
+                    state.counts[name] = state.counts.get(name, 0) + value
+                state.done.update({tp: stop_at for tp, (_, stop_at) in chunk.items()})
+                _write_state(path, state)
+                progress.counts = dict(state.counts)
+                on_chunk(progress, total(chunk))
+            status = "ok"
+        finally:
+            producer.close()
+            if own_session:
+                spark.stop()
+            event = _event(route, state, status, max_in_flight, round(clock() * 1000))
+            try:
+                _audit(config, route, event)
+            except Exception:
+                log.exception("route %s: the backfill's audit event was not written", route.name)
         path.unlink(missing_ok=True)
         return state
-    _write_state(path, state)
-    _ensure_route_topics(config, route, state.ranges)
-    delivering = backfill_route(route, max_in_flight)
-    client_conf = dict(config.kafka.client_config())
-    own_session = spark is None
-    if spark is None:
-        from siding.pipeline.session import build_session
-
-        spark = build_session(
-            config.spark.master,
-            app_name=f"{config.spark.app_name}-backfill",
-            extra=config.spark.conf_values(),
-        )
-    results: list[TaskResult] = []
-
-    def collect(_route: str, _lane: int, done: list[TaskResult], _seconds: float) -> None:
-        results.extend(done)
-
-    producer = DurableProducer(client_conf)
-    handler = LaneBatchHandler(
-        route=delivering,
-        lane=0,
-        client_conf=client_conf,
-        parking=KeyParking(naming.state_topic(route.name, "keys")),
-        state_producer=producer,
-        stop=stop or threading.Event(),
-        sink=BatchSink(collect),
-        parallelism=spark.sparkContext.defaultParallelism,
-        controls=RouteControls({route.name: delivering}, config.control.registry_topic),
-    )
-    status = "failed"
-    try:
-        for number, chunk in enumerate(todo):
-            starting, ending = spark_offsets(chunk)
-            assign = _assign(chunk)
-            frame = (
-                spark.read.format("kafka")
-                .options(**config.kafka.spark_options())
-                .option("assign", assign)
-                .option("startingOffsets", starting)
-                .option("endingOffsets", ending)
-                .option("includeHeaders", "true")
-                .option("failOnDataLoss", "false")
-                .load()
-            )
-            results.clear()
-            handler(frame, number)
-            read = sum(r.records for r in results)
-            for name, value in (
-                ("records", read),
-                ("acked", sum(r.acked for r in results)),
-                ("laned", sum(r.to_lane for r in results)),
-                ("dead", sum(r.to_dlq for r in results)),
-            ):
-                state.counts[name] = state.counts.get(name, 0) + value
-            state.done.update({tp: stop_at for tp, (_, stop_at) in chunk.items()})
-            _write_state(path, state)
-            progress.counts = dict(state.counts)
-            on_chunk(progress, total(chunk))
-        status = "ok"
-    finally:
-        producer.close()
-        if own_session:
-            spark.stop()
-        event = _event(route, state, status, max_in_flight, round(clock() * 1000))
-        try:
-            _audit(config, route, event)
-        except Exception:
-            log.exception("route %s: the backfill's audit event was not written", route.name)
-    path.unlink(missing_ok=True)
-    return state
 
 
 def _assign(chunk: Mapping[tuple[str, int], Any]) -> str:
