@@ -118,7 +118,7 @@ def main() -> None:
         )
         produce_s = produce_letters(broker.bootstrap, naming.dlq_topic(ROUTE), options.count)
         print(f"produced {options.count:,} dead letters in {produce_s:.1f}s", flush=True)
-        from siding.pipeline.session import build_session
+        from siding.pipeline.driver.session import build_session
 
         spark_started = time.monotonic()
         build_session("local[*]", app_name="siding-dlq")

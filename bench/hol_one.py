@@ -19,7 +19,7 @@ import siding
 from bench.workloads import hol
 from bench.workloads.context import BenchContext
 from siding.devkit.broker import EmbeddedKafka
-from siding.pipeline.session import build_session
+from siding.pipeline.driver.session import build_session
 
 
 def main(argv: list[str]) -> int:

@@ -33,7 +33,7 @@ from bench.workloads import (
 )
 from bench.workloads.context import BenchContext, scale_from_env
 from siding.devkit.broker import EmbeddedKafka
-from siding.pipeline.session import build_session
+from siding.pipeline.driver.session import build_session
 
 Workload = Callable[[BenchContext], list[dict[str, Any]]]
 

@@ -67,7 +67,7 @@ def bootstrap(kafka: EmbeddedKafka) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     try:
-        from siding.pipeline.session import build_session
+        from siding.pipeline.driver.session import build_session
 
         session = build_session("local[2]", app_name="siding-tests")
     except Exception as exc:

@@ -26,7 +26,7 @@ from siding.devkit.sim_consumer import read_records
 from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.wait import WaitTimeout, wait_until
 from siding.model import delivery_id
-from siding.pipeline.source import source_options
+from siding.pipeline.driver.source import source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

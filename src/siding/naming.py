@@ -67,7 +67,7 @@ def state_topic(route_name: str, kind: str) -> str:
 
 
 AUDIT = "audit"
-# Each worker's calls in flight now (siding.pipeline.live).
+# Each worker's calls in flight now (siding.pipeline.executor.live).
 LIVE = "live"
 
 

@@ -19,8 +19,8 @@ from siding.devkit.harness import config_text
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.kafka.reader import read_records
 from siding.model import Delivery
-from siding.pipeline.backfill import run_backfill, state_path
-from siding.pipeline.backfill_range import State, parse_bound
+from siding.pipeline.driver.backfill import run_backfill, state_path
+from siding.pipeline.driver.backfill_range import State, parse_bound
 from siding.routing import story
 from tests.e2e.loops import LoopThread
 

@@ -15,7 +15,7 @@ from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun, config_text
 from siding.devkit.sim_produce import produce
 from siding.errors import CheckpointError
-from siding.pipeline.owner import OWNER_FILE, Owner, read_owner
+from siding.pipeline.offline.owner import OWNER_FILE, Owner, read_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

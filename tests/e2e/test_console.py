@@ -22,7 +22,7 @@ from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
-from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.driver.metrics import MetricsSink
 from tests.browser import Page
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ from siding.devkit.sim_produce import new_producer
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.kafka.reader import read_records as read_topic
 from siding.model import delivery_id
-from siding.pipeline import offset_log
-from siding.pipeline.moves import MOVE_FILE, Move
+from siding.pipeline.offline import offset_log
+from siding.pipeline.offline.moves import MOVE_FILE, Move
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

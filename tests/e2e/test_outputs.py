@@ -35,7 +35,8 @@ from siding.devkit.wait import wait_until
 from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensure_topics
 from siding.kafka.reader import Record, read_records
 from siding.model import delivery_id
-from siding.pipeline.app import Application, RouteFailed
+from siding.pipeline.driver.app import Application
+from siding.pipeline.driver.topics import RouteFailed
 from siding.routing.outputs import OUTPUT_ID
 from siding_consumer import ConsumerServer, Delivery, Output, Reply, ack
 from siding_consumer.envelope import delivery_from_request, single_answer

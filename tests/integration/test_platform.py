@@ -16,7 +16,7 @@ from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.wait import wait_until
 from siding.jvm import pyspark_jars_dir, spark_jars
 from siding.kafka.admin import TopicSpec, ensure_topics
-from siding.pipeline import session
+from siding.pipeline.driver import session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -26,7 +26,7 @@ from siding.control.registry import RegistryService
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.wait import wait_until
 from siding.kafka.reader import read_to_end
-from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.driver.metrics import MetricsSink
 
 ADMIN = "admin-s3cret"
 JOIN = "join-s3cret"

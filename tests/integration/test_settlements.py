@@ -9,7 +9,7 @@ from siding.devkit.broker import EmbeddedKafka
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.kafka.tail import TopicTail
 from siding.model import Outcome, OutcomeKind
-from siding.pipeline.settlements import SettlementStore
+from siding.pipeline.driver.settlements import SettlementStore
 from siding.routing import settlement
 from siding.routing.producer import DurableProducer
 from siding.routing.settlement import Settlement

@@ -7,8 +7,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from siding.model import LaneHop
-from siding.pipeline.batch import NOT_BEFORE_EXPR
-from siding.pipeline.park_batch import TOKEN_EXPRS
+from siding.pipeline.driver.batch import NOT_BEFORE_EXPR
+from siding.pipeline.driver.park_batch import TOKEN_EXPRS
 from siding.routing import story
 
 if TYPE_CHECKING:

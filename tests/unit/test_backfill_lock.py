@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from siding.config import parse_config
-from siding.pipeline import moves
-from siding.pipeline.backfill import LOCK_FILE, run_backfill
-from siding.pipeline.backfill_range import BackfillError, parse_bound
-from siding.pipeline.route_lock import RouteLock
+from siding.pipeline.driver.backfill import LOCK_FILE, run_backfill
+from siding.pipeline.driver.backfill_range import BackfillError, parse_bound
+from siding.pipeline.offline import moves
+from siding.pipeline.offline.route_lock import RouteLock
 
 # Nothing listens on this port: a backfill that got past the lock would fail reaching Kafka.
 CONFIG = """
@@ -30,7 +30,7 @@ endpoint = "grpc://127.0.0.1:9"
 HOLD = """
 import sys, time
 from pathlib import Path
-from siding.pipeline.route_lock import RouteLock
+from siding.pipeline.offline.route_lock import RouteLock
 RouteLock(Path(sys.argv[1]), "siding backfill billing", sys.argv[2]).acquire()
 print("held", flush=True)
 time.sleep(60)

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from siding.cli import main
 from siding.config import parse_config
-from siding.pipeline.backfill import backfill_route
-from siding.pipeline.backfill_range import (
+from siding.pipeline.driver.backfill import backfill_route
+from siding.pipeline.driver.backfill_range import (
     BackfillError,
     Bound,
     State,
@@ -23,7 +23,7 @@ from siding.pipeline.backfill_range import (
     spark_offsets,
     total,
 )
-from siding.pipeline.backfill_range import parse_bound as _parse
+from siding.pipeline.driver.backfill_range import parse_bound as _parse
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 EXTENTS = {"t": {0: (5, 100), 1: (0, 40)}}

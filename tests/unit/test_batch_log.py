@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from siding.cli import logs
 from siding.cli.run import run
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats
-from siding.pipeline.batchlog import breaker_changes, log_batch, summarise
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.batchlog import breaker_changes, log_batch, summarise
+from siding.pipeline.executor.result import TaskResult
 
 CLOSED, OPEN, HALF = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 TRIP = BreakerTransition(10.0, CLOSED, OPEN)

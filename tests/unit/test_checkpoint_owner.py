@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from siding.errors import CheckpointError
-from siding.pipeline import owner
-from siding.pipeline.owner import Judgement, Owner, SparkState, judge
+from siding.pipeline.offline import owner
+from siding.pipeline.offline.owner import Judgement, Owner, SparkState, judge
 
 PATH = "/ck/quickstart"
 MINE = Owner("quickstart", "orders", "cluster-a")

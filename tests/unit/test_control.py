@@ -23,8 +23,9 @@ from siding.control.kafka_view import LetterSummary, RouteKafka, lane_backlog, p
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.errors import SidingError
 from siding.model import OutcomeKind
-from siding.pipeline.metrics import MetricsSink
-from siding.pipeline.task import TaskResult, reason_class
+from siding.pipeline.driver.metrics import MetricsSink
+from siding.pipeline.executor.result import TaskResult
+from siding.pipeline.executor.task import reason_class
 from tests.browser import Page
 
 Queries = list[QueryHealth]

@@ -17,8 +17,8 @@ from siding.control import QueryHealth
 from siding.control.kafka_view import RouteKafka, lane_backlog, partition_lag
 from siding.control.prometheus import metrics_registry, render
 from siding.dispatch import DispatchStats
-from siding.pipeline.metrics import MetricsSink
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.metrics import MetricsSink
+from siding.pipeline.executor.result import TaskResult
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "siding-rules.yml"

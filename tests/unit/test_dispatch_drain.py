@@ -9,7 +9,7 @@ from pathlib import Path
 
 from siding.dispatch import AdaptiveSettings, DispatchSettings, Parked, ParkSettings, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, delivery_id
-from siding.pipeline.task import running_parked, watch_file
+from siding.pipeline.executor.task import running_parked, watch_file
 from siding.policy import Done
 from siding.transport.fake import ScriptedTransport
 

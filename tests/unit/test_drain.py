@@ -15,7 +15,7 @@ import pytest
 
 from siding.config import parse_config
 from siding.errors import ConfigError
-from siding.pipeline.drain import (
+from siding.pipeline.driver.drain import (
     STOPPED_TEXT,
     Drain,
     DrainStopped,
@@ -25,7 +25,7 @@ from siding.pipeline.drain import (
     quiet_py4j,
     summary,
 )
-from siding.pipeline.task import TaskResult
+from siding.pipeline.executor.result import TaskResult
 
 QUERY = "siding.billing.main"
 
@@ -243,7 +243,7 @@ def test_a_stop_caught_in_a_failure_carries_no_trace_of_the_failure() -> None:
 def test_the_drain_hears_of_a_batch_after_its_group_commit() -> None:
     # A drain stops the queries once their batches are committed: the group's offsets must be
     # committed by then, or the group would show lag that is not there.
-    from siding.pipeline.commits import CommitTarget, make_listener
+    from siding.pipeline.driver.commits import CommitTarget, make_listener
 
     calls: list[str] = []
     drain = Drain({"billing": 5.0})

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Held, Settled, Work
-from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, follow
+from siding.dispatch.keyorder import HELD, Blocker, KeyLines, ParkEvent, Released, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
-from siding.pipeline.keystate import KeyParking, ParkEvent
-from siding.pipeline.plan import TaskPlan, build_plan
-from siding.pipeline.rows import incoming
-from siding.pipeline.source import starting_offsets_of
-from siding.pipeline.task import (
+from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.source import starting_offsets_of
+from siding.pipeline.executor.plan import TaskPlan, build_plan
+from siding.pipeline.executor.rows import incoming
+from siding.pipeline.executor.task import (
     park_events,
     retry_topic,
     route_out,

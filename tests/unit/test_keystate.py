@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from siding.dispatch.keyorder import HELD
-from siding.pipeline.keystate import KeyParking, ParkEvent, decode_value
+from siding.dispatch.keyorder import HELD, ParkEvent
+from siding.pipeline.driver.keystate import KeyParking, decode_value
 
 KEY = (0, b"k")
 

@@ -10,7 +10,7 @@ from siding.control.kafka_view import RouteKafka, in_flight_by_label
 from siding.control.prometheus import kafka_families
 from siding.control.status import kafka_document
 from siding.model import Delivery, Outcome, OutcomeKind
-from siding.pipeline.live import (
+from siding.pipeline.executor.live import (
     LiveCalls,
     LiveReport,
     decode_report,

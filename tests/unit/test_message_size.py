@@ -13,8 +13,8 @@ from siding.config import parse_config
 from siding.consumer import ConsumerServer, Reply, ack
 from siding.consumer import Delivery as ConsumerDelivery
 from siding.model import Delivery, OutcomeKind, delivery_id
-from siding.pipeline.rows import Incoming, wire_size
-from siding.pipeline.task import screen
+from siding.pipeline.executor.rows import Incoming, wire_size
+from siding.pipeline.executor.task import screen
 from siding.transport.grpc_stream import RESEND, GrpcStreamTransport, stream_ended
 from siding.transport.grpc_unary import GrpcUnaryTransport
 from siding.transport.outcomes import outcome_from_grpc, outcome_from_http, oversize

@@ -8,7 +8,7 @@ import pytest
 
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.model import OutcomeKind
-from siding.pipeline.metrics import (
+from siding.pipeline.driver.metrics import (
     LaneMetrics,
     MetricsSink,
     fold_batch,
@@ -16,7 +16,7 @@ from siding.pipeline.metrics import (
     merge_histograms,
     window_rate,
 )
-from siding.pipeline.task import TaskResult
+from siding.pipeline.executor.result import TaskResult
 
 N = len(LatencyHistogram().counts)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from siding.devkit.demo_view import ViewState, backlog, plain_line, serial_estimate
-from siding.pipeline.metrics import LaneMetrics, Snapshot
+from siding.pipeline.driver.metrics import LaneMetrics, Snapshot
 
 
 def test_serial_consumer_waits_out_every_slow_message() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from siding.errors import OffsetsError
-from siding.pipeline import offset_log
-from siding.pipeline.moves import Move
+from siding.pipeline.offline import offset_log
+from siding.pipeline.offline.moves import Move
 
 METADATA = (
     '{"batchWatermarkMs":0,"batchTimestampMs":1795462682627,'

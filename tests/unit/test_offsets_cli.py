@@ -12,8 +12,8 @@ from siding.cli import main
 from siding.cli.offsets import _notes, _table
 from siding.config import parse_config
 from siding.kafka.admin import Committed
-from siding.pipeline import offset_log, positions
-from siding.pipeline.moves import RouteOffsets
+from siding.pipeline.offline import offset_log, positions
+from siding.pipeline.offline.moves import RouteOffsets
 
 CONFIG = """
 [kafka]

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from siding.errors import OffsetsError
 from siding.kafka.admin import Committed
-from siding.pipeline import positions
-from siding.pipeline.positions import Target, plan, start_verdict, targets
+from siding.pipeline.offline import positions
+from siding.pipeline.offline.positions import Target, plan, start_verdict, targets
 
 EXTENTS = {0: (0, 100), 1: (40, 60), 2: (0, 0)}
 OURS = positions.mark("batch=7")

@@ -14,9 +14,9 @@ from siding.config import parse_config
 from siding.dispatch import BreakerSettings, CircuitBreaker, ParkedCall, ParkTimer, Settled, Work
 from siding.errors import ConfigError, DurableWriteError
 from siding.model import ACK, Delivery, Outcome, OutcomeKind, Output, Result, Verdict
-from siding.pipeline.parked import Adoption, ParkedCalls
-from siding.pipeline.plan import build_plan
-from siding.pipeline.task import route_out, tally
+from siding.pipeline.executor.parked import Adoption, ParkedCalls
+from siding.pipeline.executor.plan import build_plan
+from siding.pipeline.executor.task import route_out, tally
 from siding.policy import Done, ToLane, next_step
 from siding.routing import settlement
 from siding.routing.outputs import OUTPUT_ID, output_records
@@ -226,6 +226,6 @@ async def test_a_parked_calls_outputs_are_written_before_its_settlement() -> Non
 async def test_a_parked_call_whose_outputs_cannot_be_written_is_not_settled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("siding.pipeline.parked.WRITE_ATTEMPTS", 1)
+    monkeypatch.setattr("siding.pipeline.executor.parked.WRITE_ATTEMPTS", 1)
     # Then no settlement: the park lane asks the consumer again once the record is due
     assert await _settle_parked(_Writer(failing="orders.billed")) == []

@@ -8,11 +8,11 @@ from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Settled, Work
 from siding.model import Delivery, Outcome, OutcomeKind, delivery_id
-from siding.pipeline.park_task import sort_parked
-from siding.pipeline.plan import TaskPlan, build_plan
-from siding.pipeline.rows import Incoming, incoming
-from siding.pipeline.settlements import STALE_AFTER_MS, SettlementStore
-from siding.pipeline.task import dead_reasons
+from siding.pipeline.driver.settlements import STALE_AFTER_MS, SettlementStore
+from siding.pipeline.executor.park_task import sort_parked
+from siding.pipeline.executor.plan import TaskPlan, build_plan
+from siding.pipeline.executor.rows import Incoming, incoming
+from siding.pipeline.executor.task import dead_reasons
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing import settlement, story
 from siding.routing.producer import OutRecord

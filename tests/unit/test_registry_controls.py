@@ -11,8 +11,8 @@ import pytest
 from siding.config import parse_route
 from siding.control.status import QueryHealth, health_document
 from siding.control.tokens import bearer, same_token
-from siding.pipeline.controls import ControlError, RouteControls, RouteStopped
-from siding.pipeline.drain import Drain
+from siding.pipeline.driver.controls import ControlError, RouteControls, RouteStopped
+from siding.pipeline.driver.drain import Drain
 
 
 def test_a_route_made_at_runtime_is_controlled_until_it_is_removed() -> None:

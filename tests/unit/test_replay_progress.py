@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from siding.config import parse_config
 from siding.model import Delivery, Ordering, Outcome, OutcomeKind
-from siding.pipeline.plan import TaskPlan, build_plan
-from siding.pipeline.progress import (
+from siding.pipeline.driver.progress_store import ProgressStore
+from siding.pipeline.executor.plan import TaskPlan, build_plan
+from siding.pipeline.executor.progress import (
     Known,
     Mark,
     ProgressPlan,
@@ -29,10 +30,15 @@ from siding.pipeline.progress import (
     split,
     to_ranges,
 )
-from siding.pipeline.progress_store import ProgressStore
-from siding.pipeline.progress_task import Tracker, known_of_attempt
-from siding.pipeline.rows import Incoming, incoming
-from siding.pipeline.task import park_events, retry_topic, route_out, slice_work, waiting_in_hold
+from siding.pipeline.executor.progress_task import Tracker, known_of_attempt
+from siding.pipeline.executor.rows import Incoming, incoming
+from siding.pipeline.executor.task import (
+    park_events,
+    retry_topic,
+    route_out,
+    slice_work,
+    waiting_in_hold,
+)
 from siding.routing.producer import OutRecord
 from siding.routing.records import requeue_record
 from tests.unit.test_key_hold import HOLD, World, as_row, source_row

@@ -25,8 +25,8 @@ from siding.dispatch.breaker import (
     ForcedClose,
     transition,
 )
-from siding.pipeline.controls import ControlError, RouteControls
-from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.driver.controls import ControlError, RouteControls
+from siding.pipeline.driver.metrics import MetricsSink
 
 CONFIG = """
 [kafka]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from siding.pipeline.route_lock import CheckpointBusy, RouteLock, holder
+from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock, holder
 
 _HOLD = """
 import sys, time
 from pathlib import Path
-from siding.pipeline.route_lock import RouteLock
+from siding.pipeline.offline.route_lock import RouteLock
 RouteLock(Path(sys.argv[1]), "siding run of route r").acquire()
 print("held", flush=True)
 time.sleep(60)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from siding.config import RouteConfig, parse_config
-from siding.pipeline.session import MAX_LOCAL_SLOTS, effective_master, task_slots
+from siding.pipeline.driver.session import MAX_LOCAL_SLOTS, effective_master, task_slots
 
 ROUTE = """
 [kafka]

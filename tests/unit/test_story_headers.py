@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from siding.model import LaneHop
-from siding.pipeline.rows import main_lane_delivery, retry_lane_delivery
+from siding.pipeline.executor.rows import main_lane_delivery, retry_lane_delivery
 from siding.routing import story
 
 NOW = 1_750_000_000_000

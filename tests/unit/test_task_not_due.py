@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from siding.config import parse_config
 from siding.model import Delivery
-from siding.pipeline.plan import build_plan
-from siding.pipeline.rows import Incoming
-from siding.pipeline.task import not_due
+from siding.pipeline.executor.plan import build_plan
+from siding.pipeline.executor.rows import Incoming
+from siding.pipeline.executor.task import not_due
 
 CONFIG = """
 [kafka]

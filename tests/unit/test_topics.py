@@ -13,16 +13,16 @@ from siding.control.kafka_view import route_topics
 from siding.dlq.fate import LetterRef
 from siding.dlq.replay import Letter, Target, destination, replay_record
 from siding.errors import ConfigError, DlqError, OffsetsError
-from siding.pipeline.app import RouteFailed, _check_sources
-from siding.pipeline.commits import CommitTarget
-from siding.pipeline.moves import pick_topic
-from siding.pipeline.source import (
+from siding.pipeline.driver.commits import CommitTarget
+from siding.pipeline.driver.source import (
     main_subscription,
     source_options,
     starting_offsets_of,
     topics_in,
 )
-from siding.pipeline.worker import transport_settings
+from siding.pipeline.driver.topics import RouteFailed, check_sources
+from siding.pipeline.executor.worker import transport_settings
+from siding.pipeline.offline.moves import pick_topic
 from siding.routing import story
 
 KAFKA = '[kafka]\nbootstrap = "127.0.0.1:9092"\n'
@@ -213,15 +213,15 @@ def test_the_group_commits_the_topics_a_pattern_matched_as_they_appear() -> None
 
 def test_the_sources_at_start_exist_and_a_pattern_never_reads_sidings_own_topics() -> None:
     route = _route('topics = ["a", "b"]')
-    assert _check_sources(route, {"a": 1, "b": 4}) == ("a", "b")
+    assert check_sources(route, {"a": 1, "b": 4}) == ("a", "b")
     with pytest.raises(RouteFailed, match="route r: source topic b does not exist"):
-        _check_sources(route, {"a": 1})
+        check_sources(route, {"a": 1})
     pattern = _route('topic_pattern = "o-.*|siding[.]r[.]retry-3"', 'lanes = [{ delay = "1s" }] ')
-    assert _check_sources(pattern, {"o-2": 1, "o-1": 2, "x": 1}) == ("o-1", "o-2")
+    assert check_sources(pattern, {"o-2": 1, "o-1": 2, "x": 1}) == ("o-1", "o-2")
     with pytest.raises(RouteFailed, match=r"no topic matches topic_pattern 'o-\.\*' yet"):
-        _check_sources(_route('topic_pattern = "o-.*"'), {"x": 1})
+        check_sources(_route('topic_pattern = "o-.*"'), {"x": 1})
     with pytest.raises(RouteFailed, match=r"matches siding\.r\.retry-3, a topic siding writes"):
-        _check_sources(pattern, {"o-1": 1, "siding.r.retry-3": 1})
+        check_sources(pattern, {"o-1": 1, "siding.r.retry-3": 1})
 
 
 def test_transports_are_rebuilt_when_the_source_changes() -> None:

@@ -21,7 +21,7 @@ from siding.cli.registered import with_api_route
 from siding.config import load_config
 
 if TYPE_CHECKING:
-    from siding.pipeline.backfill import Progress as Done
+    from siding.pipeline.driver.backfill import Progress as Done
 
 
 @click.command("backfill")
@@ -64,8 +64,8 @@ def backfill(
     *, path: Path, route: str, start: str, end: str, max_in_flight: int, chunk: int
 ) -> None:
     """Deliver a range of a route's source again, through its dispatcher, lanes and DLQ."""
-    from siding.pipeline.backfill import run_backfill
-    from siding.pipeline.backfill_range import parse_bound, rate_and_eta
+    from siding.pipeline.driver.backfill import run_backfill
+    from siding.pipeline.driver.backfill_range import parse_bound, rate_and_eta
 
     logs.to_stderr("siding.backfill")
     config = with_api_route(load_config(path), route)

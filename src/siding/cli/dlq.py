@@ -75,7 +75,7 @@ class _Job:
         return True
 
     def spark(self) -> SparkSession:
-        from siding.pipeline.session import build_session
+        from siding.pipeline.driver.session import build_session
 
         with self.err.status("starting Spark…"):
             return build_session(

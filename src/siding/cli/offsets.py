@@ -18,8 +18,8 @@ from siding.cli.registered import with_api_route
 from siding.config import load_config
 
 if TYPE_CHECKING:
-    from siding.pipeline.moves import RouteOffsets
-    from siding.pipeline.positions import Plan, Row, Target
+    from siding.pipeline.offline.moves import RouteOffsets
+    from siding.pipeline.offline.positions import Plan, Row, Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +58,7 @@ def offsets() -> None:
 def show(path: Path, route: str, as_json: bool, topic: str | None) -> None:
     """Per partition: the checkpoint's position, the group's offset, the log and the lag. A
     route that reads several topics shows each (or the one given by --topic)."""
-    from siding.pipeline import moves, positions
+    from siding.pipeline.offline import moves, positions
 
     config = with_api_route(load_config(path), route)
     chosen = config.route_named(route)
@@ -111,7 +111,7 @@ def reset(
     execute: bool,
 ) -> None:
     """Move a stopped route's source position: a dry run unless --execute."""
-    from siding.pipeline import moves, positions
+    from siding.pipeline.offline import moves, positions
 
     if dry_run and execute:
         raise click.UsageError("--dry-run and --execute exclude each other")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from siding.control.status import QueryHealth
-from siding.pipeline.app import Application
+from siding.pipeline.driver.app import Application
 
 
 def application_health(app: Application) -> list[QueryHealth]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from siding import naming
 from siding.config import RouteConfig
-from siding.pipeline.live import LiveReport, decode_report, in_flight_now
+from siding.pipeline.executor.live import LiveReport, decode_report, in_flight_now
 from siding.routing import story
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class RouteKafka:
     # Records per second arriving at the source topic, between the last two polls.
     offered_per_s: float | None = None
     error: str | None = None
-    # Calls open at the consumers now, by lane label (siding.pipeline.live), and when read.
+    # Calls open at the consumers now, by lane label (siding.pipeline.executor.live), and when read.
     in_flight: tuple[tuple[str, int], ...] = ()
     in_flight_at_ms: int = 0
 

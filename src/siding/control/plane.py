@@ -9,8 +9,8 @@ from siding.config import RouteConfig, SidingConfig
 from siding.control.kafka_view import POLL_S, KafkaView, route_topics
 from siding.control.registry import RegistryService
 from siding.control.server import ControlServer, HealthSource
-from siding.pipeline.controls import RouteControls
-from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.metrics import MetricsSink
 
 
 class ControlPlane:

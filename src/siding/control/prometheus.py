@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from siding import naming
 from siding.control.status import KafkaFacts, QueryHealth
 from siding.dispatch import BreakerState
-from siding.pipeline.metrics import LaneMetrics, Snapshot
+from siding.pipeline.driver.metrics import LaneMetrics, Snapshot
 
 _LABELS = ["route", "lane"]
 

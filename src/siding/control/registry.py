@@ -22,7 +22,7 @@ from siding.dlq.fate import AUDIT_KIND
 from siding.errors import ConfigError, DurableWriteError, SidingError
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, with_retries
 from siding.kafka.reader import read_to_end
-from siding.pipeline.controls import ControlError
+from siding.pipeline.driver.controls import ControlError
 from siding.registry.join import join_request, refusal
 from siding.registry.records import (
     Registration,
@@ -53,7 +53,7 @@ DELETE_SLACK_S = 5.0
 
 
 class RouteHost(Protocol):
-    """What runs the routes (``siding.pipeline.app.Application``)."""
+    """What runs the routes (``siding.pipeline.driver.app.Application``)."""
 
     def add_route(self, route: RouteConfig) -> None: ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from siding.control.registry import RegistryService
 from siding.control.tokens import bearer, check_token, same_token
-from siding.pipeline.controls import ControlError
+from siding.pipeline.driver.controls import ControlError
 
 Answer = tuple[int, dict[str, object]]
 

@@ -13,10 +13,10 @@ from siding.config import RouteConfig, SidingConfig
 from siding.control.app_health import application_health
 from siding.control.plane import ControlPlane
 from siding.control.registry import RegistryService
-from siding.pipeline.app import Application
-from siding.pipeline.batch import BatchSink
-from siding.pipeline.metrics import MetricsSink
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.app import Application
+from siding.pipeline.driver.batch import BatchSink
+from siding.pipeline.driver.metrics import MetricsSink
+from siding.pipeline.executor.result import TaskResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -19,8 +19,8 @@ from siding.control.registry import RegistryService
 from siding.control.status import KafkaFacts, QueryHealth, health_document, status_document
 from siding.control.tokens import check_token
 from siding.errors import SidingError
-from siding.pipeline.controls import ControlError, RouteControls
-from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.driver.controls import ControlError, RouteControls
+from siding.pipeline.driver.metrics import MetricsSink
 
 MAX_BODY_BYTES = 64 * 1024
 

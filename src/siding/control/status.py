@@ -8,7 +8,7 @@ from typing import Any
 
 from siding import naming
 from siding.control.kafka_view import RouteKafka
-from siding.pipeline.metrics import LaneMetrics, Snapshot
+from siding.pipeline.driver.metrics import LaneMetrics, Snapshot
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -96,7 +96,7 @@ def kafka_document(facts: RouteKafka) -> dict[str, Any]:
         "polled_at_ms": facts.polled_at_ms,
         "offered_per_s": None if facts.offered_per_s is None else round(facts.offered_per_s, 3),
         "error": facts.error,
-        # Calls open at the consumers now, summed over every worker (siding.pipeline.live).
+        # Calls open at the consumers now, summed over every worker (siding.pipeline.executor.live).
         "in_flight": {
             "total": sum(n for _, n in facts.in_flight),
             "by_lane": dict(facts.in_flight),

@@ -38,8 +38,8 @@ from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSetting
 from siding.devkit.sim_produce import message_headers, message_value
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.model import delivery_id
-from siding.pipeline.app import Application
-from siding.pipeline.metrics import MetricsSink
+from siding.pipeline.driver.app import Application
+from siding.pipeline.driver.metrics import MetricsSink
 
 TOPIC = "demo.billing-events"
 ROUTE = "billing"

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from siding import naming
-from siding.pipeline.metrics import LaneMetrics, Snapshot
+from siding.pipeline.driver.metrics import LaneMetrics, Snapshot
 
 INTRO = """\
 siding demo. A Kafka topic of billing events ({rate:g} msg/s, one partition) is pushed to a

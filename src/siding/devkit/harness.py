@@ -15,9 +15,9 @@ from siding.config import SidingConfig, parse_config
 from siding.devkit.wait import wait_until
 from siding.kafka.admin import committed_offsets
 from siding.kafka.reader import read_records
-from siding.pipeline.app import Application
-from siding.pipeline.batch import BatchSink
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.app import Application
+from siding.pipeline.driver.batch import BatchSink
+from siding.pipeline.executor.result import TaskResult
 from siding.routing import story
 
 if TYPE_CHECKING:

@@ -102,7 +102,7 @@ def render(
 def main() -> None:
     import confluent_kafka
 
-    from siding.pipeline.session import build_session
+    from siding.pipeline.driver.session import build_session
 
     spark = build_session("local[1]", app_name="siding-kafka-names")
     try:

@@ -188,3 +188,14 @@ class KeyLines:
         )
         line.queue.clear()
         return Released(follow=follows)
+
+
+@dataclass(frozen=True, slots=True)
+class ParkEvent:
+    """``lane is None``: the record left the lanes (ACKed or dead); else it sits in ``lane``
+    (``keyorder.HELD``: it is held behind an earlier record of its key)."""
+
+    key: OrderKey
+    offset: int
+    lane: int | None
+    not_before_ms: int = 0

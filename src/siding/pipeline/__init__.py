@@ -1,1 +1,2 @@
-"""The Spark side: session, Kafka source, one streaming query per lane, commits."""
+"""The Spark side, placed by where code runs: ``driver`` (the application and its routes),
+``executor`` (Spark's Python workers) and ``offline`` (checkpoint tools)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from siding.errors import SidingError
-from siding.pipeline.task import TaskResult
+from siding.pipeline.executor.result import TaskResult
 
 # Spark takes an error from a foreachBatch function for a stop when the query is being stopped
 # and the text names a py4j call interrupted by it (SPARK-39218). The text stays short: Spark

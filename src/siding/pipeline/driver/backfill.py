@@ -26,8 +26,7 @@ from siding.config.models import ParkConfig
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, existing_topics
 from siding.kafka.extent import extents, offsets_at
 from siding.model import Ordering
-from siding.pipeline import moves
-from siding.pipeline.backfill_range import (
+from siding.pipeline.driver.backfill_range import (
     BackfillError,
     Bound,
     Ranges,
@@ -38,11 +37,12 @@ from siding.pipeline.backfill_range import (
     spark_offsets,
     total,
 )
-from siding.pipeline.batch import BatchSink, LaneBatchHandler
-from siding.pipeline.controls import RouteControls
-from siding.pipeline.keystate import KeyParking
-from siding.pipeline.route_lock import CheckpointBusy, RouteLock
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.executor.result import TaskResult
+from siding.pipeline.offline import moves
+from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
 from siding.routing.audit import TOPIC_CONFIG, audit_record, who
 from siding.routing.producer import DurableProducer
 
@@ -229,7 +229,7 @@ def run_backfill(
         client_conf = dict(config.kafka.client_config())
         own_session = spark is None
         if spark is None:
-            from siding.pipeline.session import build_session
+            from siding.pipeline.driver.session import build_session
 
             spark = build_session(
                 config.spark.master,

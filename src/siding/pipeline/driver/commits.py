@@ -13,8 +13,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from siding.kafka.admin import commit_offsets
-from siding.pipeline.positions import mark
-from siding.pipeline.source import end_offsets, topics_in
+from siding.pipeline.driver.source import end_offsets, topics_in
+from siding.pipeline.offline.positions import mark
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def make_listener(
 ) -> Any:
     """A ``StreamingQueryListener`` that commits each query's ``endOffset`` to its group,
     marked as siding's (``siding:batch=<id>``: a commit without the mark was made by another
-    tool, see ``siding.pipeline.positions.start_verdict``).
+    tool, see ``siding.pipeline.offline.positions.start_verdict``).
 
     ``onQueryProgress`` fires after the batch's commit log entry is written, so the group never
     runs ahead of the checkpoint (DESIGN.md, invariant 1). ``on_committed(name, batch id)``

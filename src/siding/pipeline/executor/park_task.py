@@ -19,10 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from siding.dispatch import Settled, Work
-from siding.pipeline.plan import TaskPlan, dispatch_settings, share_among_tasks
-from siding.pipeline.rows import Incoming, incoming
-from siding.pipeline.task import TaskResult, dead_reasons, deliver, route_out, tally
-from siding.pipeline.worker import runtime
+from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_tasks
+from siding.pipeline.executor.result import TaskResult
+from siding.pipeline.executor.rows import Incoming, incoming
+from siding.pipeline.executor.task import dead_reasons, deliver, route_out, tally
+from siding.pipeline.executor.worker import runtime
 from siding.policy import Done, ToDlq, ToLane, next_step
 from siding.routing.producer import OutRecord
 from siding.routing.records import park_record

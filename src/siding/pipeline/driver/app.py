@@ -13,38 +13,34 @@ from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
-from siding.errors import SidingError
 from siding.kafka.admin import (
-    TopicSpec,
     admin_client,
     cluster_id,
     commit_offsets,
     committed_offsets,
-    ensure_topics,
-    existing_topics,
-    topic_config,
 )
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
-from siding.model import Ordering
-from siding.pipeline import moves, owner, positions
-from siding.pipeline.batch import BatchSink, LaneBatchHandler
-from siding.pipeline.commits import CommitTarget, make_listener
-from siding.pipeline.controls import RouteControls
-from siding.pipeline.drain import Drain, fields, quiet_py4j, summary
-from siding.pipeline.keystate import KeyParking
-from siding.pipeline.park_batch import ParkBatchHandler
-from siding.pipeline.progress_store import ProgressStore
-from siding.pipeline.route_lock import RouteLock
-from siding.pipeline.session import build_session, effective_master, task_slots
-from siding.pipeline.settlements import SettlementStore
-from siding.pipeline.source import (
+from siding.pipeline.driver import topics
+from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
+from siding.pipeline.driver.commits import CommitTarget, make_listener
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.drain import Drain, fields, quiet_py4j, summary
+from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.park_batch import ParkBatchHandler
+from siding.pipeline.driver.progress_store import ProgressStore
+from siding.pipeline.driver.session import build_session, effective_master, task_slots
+from siding.pipeline.driver.settlements import SettlementStore
+from siding.pipeline.driver.source import (
     end_offsets,
     main_subscription,
     source_options,
     starting_offsets,
     starting_offsets_of,
 )
+from siding.pipeline.driver.topics import RouteFailed
+from siding.pipeline.offline import moves, owner, positions
+from siding.pipeline.offline.route_lock import RouteLock
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -53,20 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-# Settlements are short-lived: tombstones need not outlive an hour.
-_SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "3600000"}
-# Progress records are rewritten every few hundred ms under a few keys: compact often, so a
-# start reads little (docs/replay.md).
-_PROGRESS = {**_COMPACTED, "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
-# Workers' in-flight reports (siding.pipeline.live): only the last hour's are of any use.
-_LIVE = {"cleanup.policy": "compact,delete", "retention.ms": "3600000", "segment.ms": "600000"}
 # Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
 SIDE_LANE_TRIGGER_S = 0.5
-
-
-class RouteFailed(SidingError):
-    """A route's query stopped with an error; the message names the route and the cause."""
 
 
 @dataclass
@@ -274,7 +258,7 @@ class Application:
 
     def _lock_routes(self, routes: tuple[RouteConfig, ...] | None = None) -> None:
         """Hold each route's checkpoint while running: a second siding on it, or an offsets
-        reset, is refused (``siding.pipeline.route_lock``)."""
+        reset, is refused (``siding.pipeline.offline.route_lock``)."""
         base = owner.local_dir(self.config.spark.checkpoint_dir)
         if base is None:
             return
@@ -291,43 +275,14 @@ class Application:
             lock.release()
 
     def _prepare_topics(self, admin: Any, route: RouteConfig) -> int:
-        present = existing_topics(admin)
-        self._present.update(present)
-        self._partitions.update(present)
-        sources = _check_sources(route, present)
-        self._sources[route.name] = sources
-        # Lanes, the DLQ and the park topic hold the records of every source topic.
-        partitions = max(present[t] for t in sources)
-        # Lanes, the DLQ and the park topic carry the source's records whole: as large as it.
-        sizes = [topic_config(admin, t, "max.message.bytes") for t in sources]
-        size = max((s for s in sizes if s), key=int, default=None)
-        carry = {"max.message.bytes": size} if size else {}
-        specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
-        specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
-        specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
-        if route.progress_interval > 0:
-            specs.append(TopicSpec(naming.state_topic(route.name, "progress"), 1, _PROGRESS))
-        specs.append(TopicSpec(naming.state_topic(route.name, naming.LIVE), 1, _LIVE))
-        if self._held_topics(route):
-            specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))
-        if route.parks or naming.park_topic(route.name) in present:
-            specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
-            specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
-        if missing := [t for t in route.outputs if t not in present]:
-            raise RouteFailed(
-                f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
-                " (siding does not create output topics: docs/outputs.md)"
-            )
-        ensure_topics(admin, specs)
-        return partitions
+        prepared = topics.prepare(admin, route)
+        self._present.update(prepared.present)
+        self._partitions.update(prepared.present)
+        self._sources[route.name] = prepared.sources
+        return prepared.partitions
 
     def _held_topics(self, route: RouteConfig) -> tuple[str, ...]:
-        """The main lane reads the hold topic beside the source in key mode, and while the topic
-        exists (records held before the route left key mode are still delivered)."""
-        topic = naming.hold_topic(route.name)
-        if route.ordering is Ordering.KEY or topic in self._present:
-            return (topic,)
-        return ()
+        return topics.held_topics(route, self._present)
 
     def _starting(
         self,
@@ -601,40 +556,6 @@ class Application:
             tail.close()
         self._release_locks()
         self.drain.close_signal()
-
-
-def _check_sources(route: RouteConfig, present: Mapping[str, int]) -> tuple[str, ...]:
-    """The route's source topics that exist now; ``RouteFailed`` when one it names is missing,
-    when its pattern matches none yet, or when the pattern matches a topic siding writes for
-    the route (it would read its own lanes)."""
-    if route.topic_pattern is None:
-        missing = [t for t in route.source_topics if t not in present]
-        if missing:
-            which = "topic" if len(missing) == 1 else "topics"
-            raise RouteFailed(
-                f"route {route.name}: source {which} {', '.join(missing)} does not exist"
-            )
-        return route.source_topics
-    own = {
-        *naming.route_lane_topics(route),
-        naming.route_dlq(route),
-        naming.hold_topic(route.name),
-        naming.park_topic(route.name),
-    }
-    own.update(t for t in present if t.startswith(f"{naming.PREFIX}.{route.name}."))
-    for topic in sorted(own):
-        if route.reads(topic):
-            raise RouteFailed(
-                f"route {route.name}: topic_pattern {route.topic_pattern!r} matches {topic},"
-                " a topic siding writes for the route"
-            )
-    sources = route.matching(present)
-    if not sources:
-        raise RouteFailed(
-            f"route {route.name}: no topic matches topic_pattern {route.topic_pattern!r} yet"
-            " (create one first: the lanes are sized by the source's partitions)"
-        )
-    return sources
 
 
 def _query_names(route: RouteConfig) -> list[str]:

@@ -14,28 +14,27 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from siding.dispatch import (
     DispatchReport,
     DispatchSettings,
-    DispatchStats,
     Parked,
     Settled,
     Work,
     dispatch,
     flood_exceeded,
 )
-from siding.dispatch.keyorder import HELD, Held, order_key
+from siding.dispatch.keyorder import HELD, Held, ParkEvent, order_key
 from siding.errors import DlqFloodError
 from siding.model import Delivery, LaneHop
-from siding.pipeline.keystate import ParkEvent
-from siding.pipeline.parked import Adoption
-from siding.pipeline.plan import TaskPlan
-from siding.pipeline.progress_task import Tracker, begin
-from siding.pipeline.rows import Incoming, incoming, too_large
-from siding.pipeline.worker import POOL, runtime
+from siding.pipeline.executor.parked import Adoption
+from siding.pipeline.executor.plan import TaskPlan
+from siding.pipeline.executor.progress_task import Tracker, begin
+from siding.pipeline.executor.result import TaskResult
+from siding.pipeline.executor.rows import Incoming, incoming, too_large
+from siding.pipeline.executor.worker import POOL, runtime
 from siding.policy import Done, ToDlq, ToLane
 from siding.routing.outputs import output_records
 from siding.routing.producer import OutRecord
@@ -52,32 +51,6 @@ _DUE_SLACK_MS = 1000
 DRAIN_POLL_S = 0.1
 # An in-flight report is best effort: it waits this long for Kafka, then the next one replaces it.
 LIVE_WRITE_S = 5.0
-
-
-@dataclass(frozen=True)
-class TaskResult:
-    """What the driver learns from one task (small: counts, stats, key-parking events)."""
-
-    records: int = 0
-    acked: int = 0
-    to_lane: int = 0
-    to_dlq: int = 0
-    parked: int = 0
-    held: int = 0
-    stats: DispatchStats | None = None
-    park_events: tuple[ParkEvent, ...] = ()
-    dead_reasons: dict[str, int] = field(default_factory=dict)
-    pid: int = 0
-    host: str = ""
-    # The park lane: settlements this task used up (the driver forgets them).
-    used_tokens: tuple[str, ...] = ()
-    # (token, not-before ms) of the calls this task parked still running: a draining stop waits
-    # for their settlements (siding.pipeline.drain).
-    running_parked: tuple[tuple[str, int], ...] = ()
-    # A replayed batch: records left out because an earlier attempt made them durable.
-    skipped: int = 0
-    # Output records produced for the records this task finished (docs/outputs.md).
-    outputs: int = 0
 
 
 def route_out(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from siding import naming
 from siding.dispatch import BreakerState, BreakerTransition
-from siding.pipeline.task import TaskResult
+from siding.pipeline.executor.result import TaskResult
 
 log = logging.getLogger("siding.batches")
 

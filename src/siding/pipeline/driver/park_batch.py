@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from siding import naming
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError
-from siding.pipeline.batch import BatchSink, guarded, log, run_with_retries
-from siding.pipeline.controls import RouteControls
-from siding.pipeline.drain import Drain, Sleep
-from siding.pipeline.park_task import settle_partition
-from siding.pipeline.plan import build_plan
-from siding.pipeline.rows import SELECT_EXPR
-from siding.pipeline.settlements import SettlementStore
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.batch import BatchSink, guarded, log, run_with_retries
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.drain import Drain, Sleep
+from siding.pipeline.driver.settlements import SettlementStore
+from siding.pipeline.executor.park_task import settle_partition
+from siding.pipeline.executor.plan import build_plan
+from siding.pipeline.executor.result import TaskResult
+from siding.pipeline.executor.rows import SELECT_EXPR
 from siding.routing import story
 
 if TYPE_CHECKING:

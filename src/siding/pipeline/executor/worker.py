@@ -17,8 +17,8 @@ from siding.config import Endpoint, RouteConfig
 from siding.dispatch import BreakerSettings, CircuitBreaker, ParkTimer
 from siding.dispatch.breaker import BreakerState
 from siding.kafka.tail import TopicTail
-from siding.pipeline.live import LiveCalls
-from siding.pipeline.parked import ParkedCalls
+from siding.pipeline.executor.live import LiveCalls
+from siding.pipeline.executor.parked import ParkedCalls
 from siding.registry import MemberFeed
 from siding.registry.join import DEFAULT_CAPACITY
 from siding.routing.producer import DurableProducer

@@ -14,8 +14,8 @@ from typing import Any
 
 from siding.kafka.reader import read_to_end
 from siding.model import Delivery, Ordering, Outcome, OutcomeKind
-from siding.pipeline.plan import TaskPlan
-from siding.pipeline.progress import (
+from siding.pipeline.executor.plan import TaskPlan
+from siding.pipeline.executor.progress import (
     Coord,
     Known,
     Mark,
@@ -29,8 +29,8 @@ from siding.pipeline.progress import (
     restrict,
     split,
 )
-from siding.pipeline.rows import Incoming
-from siding.pipeline.worker import runtime
+from siding.pipeline.executor.rows import Incoming
+from siding.pipeline.executor.worker import runtime
 from siding.routing.producer import OutRecord
 from siding.transport.base import Transport
 

@@ -1,7 +1,7 @@
 """Move a route's source position: its main lane's checkpoint and its consumer group together.
 
 Used by ``siding offsets show | reset`` and, at start, to honour a group moved by another tool
-while the route was stopped. The decisions are in ``siding.pipeline.positions``; this module
+while the route was stopped. The decisions are in ``siding.pipeline.offline.positions``; this module
 reads and writes (docs/operations.md, "Moving a route's offsets").
 
 A move is written down first (``<checkpoint_dir>/<route>/siding-move.json``), then carried out:
@@ -34,8 +34,8 @@ from siding.kafka.admin import (
     existing_topics,
 )
 from siding.kafka.extent import extents, offsets_at
-from siding.pipeline import offset_log, owner, positions
-from siding.pipeline.route_lock import CheckpointBusy, RouteLock, holder
+from siding.pipeline.offline import offset_log, owner, positions
+from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock, holder
 from siding.routing.audit import TOPIC_CONFIG, audit_record, who
 from siding.routing.producer import DurableProducer
 

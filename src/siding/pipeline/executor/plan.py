@@ -17,7 +17,7 @@ from siding.dispatch import (
     ParkSettings,
 )
 from siding.model import Ordering
-from siding.pipeline.progress import ProgressPlan
+from siding.pipeline.executor.progress import ProgressPlan
 from siding.policy import deadline_for
 from siding.routing.settlement import Settlement
 
@@ -37,15 +37,15 @@ class TaskPlan:
     tasks: int = 1
     # The park lane only: what the calls behind this batch's parked records answered.
     settlements: Mapping[str, Settlement] = field(default_factory=dict)
-    # Grows each time an operator closes the route's breakers (siding.pipeline.controls).
+    # Grows each time an operator closes the route's breakers (siding.pipeline.driver.controls).
     breaker_epoch: int = 0
     # Where consumer instances that join the route are registered ("": none join it).
     registry_topic: str = ""
-    # A file that appears when a draining stop begins (siding.pipeline.drain); "" for none.
+    # A file that appears when a draining stop begins (siding.pipeline.driver.drain); "" for none.
     drain_file: str = ""
     # Where tasks record what they made durable, and what earlier attempts did (docs/replay.md).
     progress: ProgressPlan | None = None
-    # Where the workers report their calls in flight now (siding.pipeline.live); "" for nowhere.
+    # Where the workers report their calls in flight now (pipeline.executor.live); "" for nowhere.
     live_topic: str = ""
 
     def lane_topic(self, k: int) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from siding.pipeline.progress import Known, Mark, decode, known_for
+from siding.pipeline.executor.progress import Known, Mark, decode, known_for
 
 Reader = Callable[[], Sequence[tuple[bytes, bytes | None]]]
 

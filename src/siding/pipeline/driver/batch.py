@@ -18,15 +18,16 @@ from siding import naming
 from siding.config import RouteConfig
 from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
-from siding.pipeline.batchlog import log_batch
-from siding.pipeline.controls import RouteControls
-from siding.pipeline.drain import Drain, DrainStopped, Sleep
-from siding.pipeline.keystate import KeyParking
-from siding.pipeline.plan import build_plan
-from siding.pipeline.progress import ProgressPlan
-from siding.pipeline.progress_store import ProgressStore
-from siding.pipeline.rows import SELECT_EXPR
-from siding.pipeline.task import TaskResult, deliver_partition
+from siding.pipeline.driver.batchlog import log_batch
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
+from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.progress_store import ProgressStore
+from siding.pipeline.executor.plan import build_plan
+from siding.pipeline.executor.progress import ProgressPlan
+from siding.pipeline.executor.result import TaskResult
+from siding.pipeline.executor.rows import SELECT_EXPR
+from siding.pipeline.executor.task import deliver_partition
 from siding.routing import story
 from siding.routing.producer import DurableProducer, OutRecord
 

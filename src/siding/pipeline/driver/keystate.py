@@ -11,21 +11,9 @@ import json
 import struct
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-from siding.dispatch.keyorder import OrderKey, ParkedRecord
+from siding.dispatch.keyorder import OrderKey, ParkedRecord, ParkEvent
 from siding.routing.producer import OutRecord
-
-
-@dataclass(frozen=True, slots=True)
-class ParkEvent:
-    """``lane is None``: the record left the lanes (ACKed or dead); else it sits in ``lane``
-    (``keyorder.HELD``: it is held behind an earlier record of its key)."""
-
-    key: OrderKey
-    offset: int
-    lane: int | None
-    not_before_ms: int = 0
 
 
 def encode_key(key: OrderKey) -> bytes:

@@ -14,9 +14,9 @@ from typing import TypeVar
 
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.model import OutcomeKind
-from siding.pipeline.batch import BatchSink
-from siding.pipeline.batchlog import breaker_changes
-from siding.pipeline.task import TaskResult
+from siding.pipeline.driver.batch import BatchSink
+from siding.pipeline.driver.batchlog import breaker_changes
+from siding.pipeline.executor.result import TaskResult
 
 RATE_WINDOW_S = 10.0
 MAX_RECENT_HOLDOUTS = 10

@@ -1,0 +1,34 @@
+"""What one Spark task reports to the driver: small counts, stats and key-mode events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from siding.dispatch import DispatchStats
+from siding.dispatch.keyorder import ParkEvent
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What the driver learns from one task (small: counts, stats, key-parking events)."""
+
+    records: int = 0
+    acked: int = 0
+    to_lane: int = 0
+    to_dlq: int = 0
+    parked: int = 0
+    held: int = 0
+    stats: DispatchStats | None = None
+    park_events: tuple[ParkEvent, ...] = ()
+    dead_reasons: dict[str, int] = field(default_factory=dict)
+    pid: int = 0
+    host: str = ""
+    # The park lane: settlements this task used up (the driver forgets them).
+    used_tokens: tuple[str, ...] = ()
+    # (token, not-before ms) of the calls this task parked still running: a draining stop waits
+    # for their settlements (siding.pipeline.driver.drain).
+    running_parked: tuple[tuple[str, int], ...] = ()
+    # A replayed batch: records left out because an earlier attempt made them durable.
+    skipped: int = 0
+    # Output records produced for the records this task finished (docs/outputs.md).
+    outputs: int = 0
