@@ -346,7 +346,7 @@ def reconcile_at_start(config: SidingConfig, route: RouteConfig, admin: Any) -> 
     finish_interrupted(route_dir, admin)
     position = offset_log.read_position(route_dir / MAIN)
     if position is None:
-        return  # no checkpoint position: the route starts from its group (app._starting)
+        return  # no checkpoint position: the route starts from its group (query.starting)
     # Each source topic the checkpoint has a position of, one after the other (a move of one
     # writes a batch: the next one reads the checkpoint again).
     for topic in sorted(t for t in position.offsets if route.reads(t)):

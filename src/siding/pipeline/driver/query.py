@@ -1,0 +1,102 @@
+"""Start one streaming query of a route: where it starts reading, and the query itself."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from siding import naming
+from siding.config import RouteConfig, SidingConfig
+from siding.kafka.admin import committed_offsets
+from siding.pipeline.driver.source import source_options, starting_offsets, starting_offsets_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+# The lines keep the logger they had when the application wrote them (log filters select by it).
+log = logging.getLogger("siding.pipeline.driver.app")
+
+# Retry and park lanes hold records for seconds at least: polling them faster buys nothing.
+SIDE_LANE_TRIGGER_S = 0.5
+
+
+def starting(
+    client_conf: Mapping[str, object],
+    route: RouteConfig,
+    topics: tuple[str, ...],
+    *,
+    partitions: int,
+    known: Mapping[str, int],
+    checkpoint: Path,
+    lane: int,
+) -> str:
+    """``startingOffsets`` of a query reading ``topics``; ``known``: partitions of the topics
+    present at the route's start (a topic it created has ``partitions``)."""
+    if (checkpoint / "offsets").exists():
+        return "earliest"  # ignored by Spark: the checkpoint is the source of truth
+    fallback = route.starting_offsets if lane == 0 else "earliest"
+    if len(topics) == 1:
+        committed = committed_offsets(client_conf, route.group, topics[0])
+        return starting_offsets(topics[0], partitions, committed, fallback)
+    # The sources from the group or the route's setting; the hold topic from the group or
+    # its beginning (what it holds was committed away from the source).
+    return starting_offsets_of(
+        {
+            t: (
+                committed_offsets(client_conf, route.group, t),
+                fallback if route.reads(t) else "earliest",
+            )
+            for t in topics
+        },
+        {t: known.get(t, partitions) for t in topics},
+    )
+
+
+def start_query(
+    spark: SparkSession,
+    config: SidingConfig,
+    route: RouteConfig,
+    name: str,
+    topic: str,
+    *,
+    handler: Callable[[Any, int], None],
+    checkpoint: Path,
+    starting: str,
+    subscribe: str = "subscribe",
+) -> StreamingQuery:
+    """Start the query ``name`` reading ``topic`` (a topic list or pattern, by ``subscribe``)
+    into ``handler`` one batch at a time."""
+    trigger_s = config.spark.trigger
+    if name != naming.query_name(route.name, 0):
+        trigger_s = max(trigger_s, SIDE_LANE_TRIGGER_S)
+    options = source_options(
+        config.kafka.spark_options(),
+        topic,
+        starting=starting,
+        min_partitions=route.min_partitions,
+        max_offsets_per_trigger=route.max_offsets_per_trigger,
+        subscribe=subscribe,
+    )
+    query = (
+        spark.readStream.format("kafka")
+        .options(**options)
+        .load()
+        .writeStream.queryName(name)
+        .foreachBatch(handler)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")
+        .start()
+    )
+    log.info("started %s on %s", name, topic)
+    return query
+
+
+def short_error(text: str) -> str:
+    """The line of a query's error that says what failed (Spark wraps it in many)."""
+    for line in text.splitlines():
+        if "BatchFailed" in line or "siding" in line:
+            return line.strip()[:800]
+    return text.strip().splitlines()[0][:800] if text.strip() else "unknown error"

@@ -1,0 +1,427 @@
+"""One running route: everything it takes to run, and how it gives it back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from siding import naming
+from siding.config import RouteConfig, SidingConfig
+from siding.kafka.admin import cluster_id, commit_offsets
+from siding.kafka.reader import read_to_end
+from siding.kafka.tail import TopicTail
+from siding.pipeline.driver import query, topics
+from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
+from siding.pipeline.driver.commits import CommitTarget
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.drain import Drain, fields, summary
+from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.park_batch import ParkBatchHandler
+from siding.pipeline.driver.progress_store import ProgressStore
+from siding.pipeline.driver.settlements import SettlementStore
+from siding.pipeline.driver.source import end_offsets, main_subscription
+from siding.pipeline.offline import moves, owner, positions
+from siding.pipeline.offline.route_lock import RouteLock
+from siding.routing.producer import DurableProducer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+# The lines keep the logger they had when the application wrote them (log filters select by it).
+log = logging.getLogger("siding.pipeline.driver.app")
+
+
+class RouteRuntime:
+    """One running route. What it takes, in order, and gives back in reverse:
+
+    ``open()``, before Spark exists (the boot opens every route at once, ``open_routes``):
+    refuse a checkpoint owned by another cluster, topic or route; take the checkpoint's lock;
+    check the sources and create the topics the route writes (``topics.prepare``); record the
+    checkpoint's owner; reconcile the group with the checkpoint (``moves``).
+    ``start(spark)``: restore the key-mode waits (``KeyParking``); open the state producer;
+    tail the progress topic (``ProgressStore``); per lane, its commit target, batch handler
+    and query; if the route parks (or did), tail the settlements (``SettlementStore``) and
+    start the park lane the same way.
+    ``stop()``: stop the queries, drop the commit targets, close the tails, then the state
+    producer, release the lock. It gives back only what was taken (a failed ``open`` or
+    ``start`` calls it), and more than once is harmless. The topics, the owner file and the
+    group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the running
+    batches have committed (``DELETE /routes/<name>``).
+    """
+
+    def __init__(
+        self,
+        route: RouteConfig,
+        config: SidingConfig,
+        admin: Any,
+        *,
+        sink: BatchSink,
+        stop: threading.Event,
+        controls: RouteControls,
+        drain: Drain,
+    ) -> None:
+        self.route = route
+        self.config = config
+        self.sink = sink
+        self.stop_event = stop
+        self.controls = controls
+        self.drain = drain
+        # Every query the route may run (its lanes and its park lane), running or not.
+        self.query_names = query_names(route)
+        self.partitions = 0  # of its lanes (``open``)
+        # Query name -> where its offsets are committed; the listener reads it live.
+        self.targets: dict[str, CommitTarget] = {}
+        self.queries: list[StreamingQuery] = []
+        self.settlements: SettlementStore | None = None
+        self._admin = admin
+        self._claim: owner.Owner | None = None
+        self._lock: RouteLock | None = None
+        self._prepared: topics.Prepared | None = None
+        self._producer: DurableProducer | None = None
+        self._tails: list[TopicTail] = []
+
+    # -- open -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Take the route's checkpoint and topics (``stop`` gives them back)."""
+        open_routes((self,))
+
+    def _route_dir(self) -> Path | None:
+        base = owner.local_dir(self.config.spark.checkpoint_dir)
+        return None if base is None else base / naming.route_checkpoint_subdir(self.route.name)
+
+    def _check_owner(self) -> None:
+        """Refuse a checkpoint that belongs to another cluster, topic or route (before Spark
+        sees it); note the owner to record once the topics are ready."""
+        route_dir = self._route_dir()
+        if route_dir is None:
+            log.info("checkpoint owners are not checked on %s", self.config.spark.checkpoint_dir)
+            return
+        current = owner.Owner(self.route.name, self.route.source_label, cluster_id(self._admin))
+        if owner.check(route_dir, current, naming.lane_label(0)).write:
+            self._claim = current
+
+    def _take_lock(self) -> None:
+        """Hold the checkpoint while running: a second siding on it, or an offsets reset, is
+        refused (``siding.pipeline.offline.route_lock``)."""
+        route_dir = self._route_dir()
+        if route_dir is not None:
+            what = f"siding run of route {self.route.name}"
+            self._lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
+
+    def _prepare(self) -> None:
+        self._prepared = topics.prepare(self._admin, self.route)
+        self.partitions = self._prepared.partitions
+
+    def _record_owner(self) -> None:
+        route_dir = self._route_dir()
+        if route_dir is not None and self._claim is not None:
+            owner.claim(route_dir, self._claim)
+
+    def _reconcile(self) -> None:
+        moves.reconcile_at_start(self.config, self.route, self._admin)
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start(self, spark: SparkSession) -> None:
+        """Restore the route's state and start its queries (main lane, retry lanes, park
+        lane); ``open`` first. A failure gives back all the route holds."""
+        try:
+            self._start(spark)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, spark: SparkSession) -> None:
+        assert self._prepared is not None, "open the route first"
+        route, client_conf = self.route, self.config.kafka.client_config()
+        present = self._prepared.present
+        parking = KeyParking(naming.state_topic(route.name, "keys"))
+        parking.restore(read_to_end(client_conf, parking.topic))
+        self._producer = state_producer = DurableProducer(client_conf)
+        held = topics.held_topics(route, present)
+        progress = self._progress_store()
+        sources = self._prepared.sources
+        for lane, read in enumerate((sources, *((t,) for t in naming.route_lane_topics(route)))):
+            name = naming.query_name(route.name, lane)
+            if lane > 0:
+                self.targets[name] = CommitTarget(route.group, read[0])
+            elif route.topic_pattern is None:
+                self.targets[name] = CommitTarget(route.group, read[0], (*read[1:], *held))
+            else:  # the topics matching the pattern, as they appear
+                self.targets[name] = CommitTarget(route.group, "", held, route.topic_pattern)
+            handler = LaneBatchHandler(
+                route=route,
+                lane=lane,
+                client_conf=client_conf,
+                parking=parking,
+                state_producer=state_producer,
+                stop=self.stop_event,
+                sink=self.sink,
+                parallelism=spark.sparkContext.defaultParallelism,
+                controls=self.controls,
+                drain=self.drain,
+                progress=progress,
+            )
+            subscribe, topic = (
+                main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
+            )
+            reads = (*read, *held) if lane == 0 else read
+            self._start_query(spark, lane, topic, reads, handler, subscribe=subscribe)
+        # Parked records left from when the route parked are finished even if it no longer
+        # does (parking turned off, key mode): the main lane committed past them.
+        if route.parks or naming.park_topic(route.name) in present:
+            self._start_park_lane(spark, state_producer)
+
+    def _progress_store(self) -> ProgressStore | None:
+        """What earlier attempts of the route's batches made durable (docs/replay.md)."""
+        if self.route.progress_interval <= 0:
+            return None
+        tail = self._tail(naming.state_topic(self.route.name, "progress"))
+        store = ProgressStore(tail.topic, tail.read_new)
+        store.catch_up()
+        return store
+
+    def _start_park_lane(self, spark: SparkSession, state_producer: DurableProducer) -> None:
+        route = self.route
+        topic = naming.park_topic(route.name)
+        name = naming.query_name(route.name, naming.PARK_LANE)
+        self.targets[name] = CommitTarget(route.group, topic)
+        tail = self._tail(naming.state_topic(route.name, "settled"))
+        store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
+        store.catch_up()
+        self.settlements = store
+        handler = ParkBatchHandler(
+            route=route,
+            client_conf=self.config.kafka.client_config(),
+            settlements=store,
+            stop=self.stop_event,
+            sink=self.sink,
+            parallelism=spark.sparkContext.defaultParallelism,
+            controls=self.controls,
+            drain=self.drain,
+        )
+        # Read like a retry lane: from the group, or the topic's beginning.
+        self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
+
+    def _tail(self, topic: str) -> TopicTail:
+        tail = TopicTail(self.config.kafka.client_config(), topic)
+        self._tails.append(tail)
+        return tail
+
+    def _start_query(
+        self,
+        spark: SparkSession,
+        lane: int,
+        topic: str,
+        reads: tuple[str, ...],
+        handler: Callable[[Any, int], None],
+        *,
+        subscribe: str = "subscribe",
+        starting_lane: int | None = None,
+    ) -> None:
+        assert self._prepared is not None
+        route = self.route
+        subdir = naming.checkpoint_subdir(route.name, lane)
+        checkpoint = Path(self.config.spark.checkpoint_dir) / subdir
+        starting = query.starting(
+            self.config.kafka.client_config(),
+            route,
+            reads,
+            partitions=self.partitions,
+            known=self._prepared.present,
+            checkpoint=checkpoint,
+            lane=lane if starting_lane is None else starting_lane,
+        )
+        name = naming.query_name(route.name, lane)
+        self.queries.append(
+            query.start_query(
+                spark,
+                self.config,
+                route,
+                name,
+                topic,
+                handler=handler,
+                checkpoint=checkpoint,
+                starting=starting,
+                subscribe=subscribe,
+            )
+        )
+
+    # -- stop -----------------------------------------------------------------------------
+
+    def stop_queries(self) -> None:
+        """Stop the route's queries: a batch held by a drain (or cut by the stop) ends as a
+        stop, with nothing committed."""
+        running, self.queries = self.queries, []
+        for each in running:
+            try:
+                self.drain.stop(str(each.name))
+                each.stop()
+            except Exception as exc:  # the JVM may already be shutting down with us
+                log.warning("stopping a query: %s", str(exc).splitlines()[0] if str(exc) else exc)
+
+    def stop(self) -> None:
+        """Give back what ``open`` and ``start`` took, last taken first."""
+        self.stop_queries()
+        self.targets.clear()
+        self.settlements = None
+        tails, self._tails = self._tails, []
+        for tail in reversed(tails):
+            tail.close()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def remove(self, timeout_s: float) -> dict[str, dict[int, int]]:
+        """Stop the route's queries once the batches they are running have committed (each is
+        held at the start of its next batch, as a pause holds it), then commit the group's
+        offsets; past ``timeout_s`` they are stopped as they are (a batch cut short is not
+        committed and runs again if the route comes back). Then ``stop``. Returns the offsets
+        committed, per topic."""
+        name, names, running = self.route.name, set(self.query_names), list(self.queries)
+        self.controls.pause(name)
+        give_up = time.monotonic() + timeout_s
+        while not self._settled(running) and time.monotonic() < give_up:
+            if self.stop_event.wait(0.1):
+                break
+        else:
+            if not self._settled(running):
+                log.warning("route %s: stopped with a batch still running", name)
+        self.queries = []
+        # A batch held by the pause ends without starting, as a drain's held batch does
+        # (its query's stop interrupts it: Spark takes that for the stop, not an error).
+        for query_name in names:
+            self.drain.stop(query_name)
+        self.controls.remove(name)
+        committed: dict[str, dict[int, int]] = {}
+        for each in running:
+            try:
+                each.stop()
+            except Exception as exc:
+                log.warning("stopping %s: %s", each.name, query.short_error(str(exc)))
+            committed.update(self._commit_last(each))
+        self.targets.clear()
+        self.drain.untrack(name, names)
+        self.stop()
+        return committed
+
+    def _settled(self, queries: list[StreamingQuery]) -> bool:
+        """Whether every batch of the route that was running has committed (the drain's
+        ``quiet``), and no batch is between the pause and its start (each query is between
+        batches, or held by the pause)."""
+        if not self.drain.quiet(str(q.name) for q in queries):
+            return False
+        running = 0
+        for each in queries:
+            try:
+                running += bool(each.status["isTriggerActive"])
+            except Exception:  # a query that ended has nothing running
+                continue
+        return running <= self.controls.held(self.route.name)
+
+    def _commit_last(self, stopped: StreamingQuery) -> dict[str, dict[int, int]]:
+        """Commit the group's offsets of a stopped query's last committed batch (the listener
+        may not have heard of it yet); what was committed, per topic."""
+        target = self.targets.get(str(stopped.name))
+        progress = stopped.lastProgress
+        if target is None or progress is None or self._admin is None:
+            return {}
+        out: dict[str, dict[int, int]] = {}
+        for source in progress.sources:
+            for topic in target.topics_of(source.endOffset):
+                offsets = end_offsets(source.endOffset, topic)
+                if offsets:
+                    mark = positions.mark(f"batch={progress.batchId}")
+                    commit_offsets(self._admin, target.group, topic, offsets, metadata=mark)
+                    out[topic] = offsets
+        return out
+
+    # -- drain ----------------------------------------------------------------------------
+
+    def drained(self) -> bool:
+        """Whether the route's drain is over; past its deadline it is, whatever is left."""
+        name = self.route.name
+        if time.monotonic() >= self.drain.deadline(name):
+            return True
+        if not self.drain.quiet(self.query_names):
+            return False
+        store = self.settlements
+        if store is not None and self.drain.waiting_calls(name):
+            try:
+                store.catch_up()
+            except Exception as exc:  # the answers stay in Kafka for the next run
+                log.warning("drain: route %s: reading answers: %s", name, exc)
+            self.drain.settle(name, store.of)
+        return not self.drain.waiting_calls(name)
+
+    def log_drain(self, *, hard: bool) -> None:
+        """Log what the route's drain did; batches still running are cut by the stop."""
+        name = self.route.name
+        replayed = self.drain.busy(self.query_names)
+        tally = self.drain.finish(name)
+        extra = {"siding": fields(name, tally, replayed=replayed, hard=hard)}
+        level = logging.WARNING if hard or replayed else logging.INFO
+        log.log(level, summary(name, tally, replayed=replayed, hard=hard), extra=extra)
+
+
+# Opening is done step by step across the routes opened together: a start refused for one
+# route (its owner, its lock, its topics) then claims and reconciles none of them.
+_OPEN_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
+    RouteRuntime._check_owner,
+    RouteRuntime._take_lock,
+    RouteRuntime._prepare,
+    RouteRuntime._record_owner,
+    RouteRuntime._reconcile,
+)
+
+
+def open_routes(runtimes: Sequence[RouteRuntime]) -> None:
+    """``open`` every route of ``runtimes``, each step for all of them before the next; a
+    failure gives back what any of them took."""
+    try:
+        for step in _OPEN_STEPS:
+            for runtime in runtimes:
+                step(runtime)
+    except BaseException:
+        for runtime in reversed(runtimes):
+            runtime.stop()
+        raise
+
+
+def query_names(route: RouteConfig) -> list[str]:
+    """Every query a route may run: its lanes and its park lane."""
+    lanes = (naming.PARK_LANE, *range(len(route.lanes) + 1))
+    return [naming.query_name(route.name, lane) for lane in lanes]
+
+
+class LiveTargets(Mapping[str, CommitTarget]):
+    """The commit targets of every running route by query name, read as they are now (a
+    route's appear as it starts its queries and go when it stops)."""
+
+    def __init__(self, routes: Mapping[str, RouteRuntime]) -> None:
+        self._routes = routes
+
+    def _now(self) -> tuple[RouteRuntime, ...]:
+        return tuple(self._routes.values())  # routes come and go on other threads
+
+    def __getitem__(self, name: str) -> CommitTarget:
+        for runtime in self._now():
+            target = runtime.targets.get(name)
+            if target is not None:
+                return target
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for runtime in self._now() for name in tuple(runtime.targets)])
+
+    def __len__(self) -> int:
+        return sum(len(runtime.targets) for runtime in self._now())
