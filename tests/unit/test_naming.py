@@ -126,3 +126,52 @@ def test_a_route_gets_one_topic_per_lane_and_the_default_dlq() -> None:
 def test_a_configured_dlq_wins() -> None:
     route = parse_config(ROUTE + 'dlq = "trips.billing.dead"\n', env={}).route[0]
     assert naming.route_dlq(route) == "trips.billing.dead"
+
+
+def test_a_routes_topics_are_one_list_with_their_partitions_and_settings() -> None:
+    owned = naming.owned_topics("billing", 2)
+    assert owned.names == (
+        "siding.billing.retry-1",
+        "siding.billing.retry-2",
+        "siding.billing.dlq",
+        "siding.billing.held",
+        "siding.billing.parked",
+        "siding.billing.state-keys",
+        "siding.billing.state-settled",
+        "siding.billing.state-dlq-fate",
+        "siding.billing.state-audit",
+        "siding.billing.state-live",
+        "siding.billing.state-progress",
+    )
+    assert [t.role for t in owned.all[:5]] == [
+        naming.Role.LANE,
+        naming.Role.LANE,
+        naming.Role.DLQ,
+        naming.Role.HOLD,
+        naming.Role.PARK,
+    ]
+    assert [t.label for t in (*owned.lanes, owned.park)] == ["retry-1", "retry-2", "parked"]
+    carry = {"max.message.bytes": "2097152"}
+    # Record topics: the source's partitions and record size; state topics: one, their own.
+    assert (owned.dlq.partitions(6), owned.dlq.config(carry)) == (6, carry)
+    keys = owned.state(naming.KEYS)
+    assert (keys.partitions(6), keys.config(carry)) == (1, dict(naming.COMPACTED))
+    assert owned.state(naming.AUDIT).config() == {"cleanup.policy": "delete", "retention.ms": "-1"}
+    with pytest.raises(KeyError):
+        owned.state("nope")
+
+
+def test_the_list_uses_the_routes_dlq_and_the_same_names_as_each_function() -> None:
+    assert naming.owned_topics("r", 0, "dead").dlq.name == "dead"
+    assert naming.owned_topics("r", 0).lanes == ()
+    owned = naming.owned_topics("r", 3)
+    assert owned.lane_names == tuple(naming.lane_topic("r", k) for k in (1, 2, 3))
+    assert (owned.dlq.name, owned.hold.name, owned.park.name) == (
+        naming.dlq_topic("r"),
+        naming.hold_topic("r"),
+        naming.park_topic("r"),
+    )
+    assert [t.name for t in owned.states] == [
+        naming.state_topic("r", kind) for kind in naming.STATE_KINDS
+    ]
+    assert all(name.startswith(naming.route_prefix("r")) for name in owned.names)

@@ -19,14 +19,16 @@ from siding.config.models import (
 )
 from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
 from siding.config.values import (
-    ROUTE_NAME_MAX,
-    TOPIC_NAME_MAX,
     format_duration,
     interpolate,
-    is_legal_topic_name,
-    is_safe_route_name,
     looks_secret,
     parse_duration,
+)
+from siding.naming import (
+    ROUTE_NAME_MAX,
+    TOPIC_NAME_MAX,
+    is_legal_topic_name,
+    is_safe_route_name,
 )
 
 __all__ = [

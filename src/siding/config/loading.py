@@ -22,8 +22,9 @@ from pydantic import BaseModel, ValidationError
 from siding.config.fields import Problem
 from siding.config.models import SECRET_FILE_KEYS, RouteConfig, SidingConfig
 from siding.config.sections import DEFAULT_CHECKPOINT_DIR
-from siding.config.values import interpolate, is_safe_route_name
+from siding.config.values import interpolate
 from siding.errors import ConfigError
+from siding.naming import is_safe_route_name
 
 Loc = tuple[str | int, ...]
 _TRIMMED_SECRETS = frozenset({"token", "webhook_secret"})  # files usually end with a newline

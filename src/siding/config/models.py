@@ -16,16 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
 from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
-from siding.config.values import (
-    ROUTE_NAME_MAX,
-    TOPIC_NAME_MAX,
-    Scheme,
-    is_legal_topic_name,
-    is_safe_route_name,
-    parse_endpoint_url,
-)
+from siding.config.values import Scheme, parse_endpoint_url
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
+from siding.naming import (
+    PREFIX,
+    ROUTE_NAME_MAX,
+    TOPIC_NAME_MAX,
+    is_legal_topic_name,
+    is_safe_route_name,
+    owned_topics,
+)
 
 MAX_LANES = 10
 MAX_LANE_ATTEMPTS = 100
@@ -211,19 +212,17 @@ class BatchConfig(BaseModel):
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
 MAX_PROGRESS_INTERVAL_S = 60.0
 SOURCE_KEYS = ("topic", "topics", "topic_pattern")
-# What siding names its own topics (siding.naming): a pattern must never match them, or a
-# route would read its own retry lanes and DLQ as source records.
-_OWN_TOPIC_KINDS = (
-    "retry-1", "retry-2", "dlq", "held", "parked",
-    "state-keys", "state-settled", "state-dlq-fate", "state-audit", "state-live",
-    "state-progress",
-)  # fmt: skip
+# Lanes 1 and 2 are tested even on a route with fewer, as they always were: a pattern refused
+# before stays refused.
+_PROBED_LANES = 2
 
 
-def own_topic_probes(route_name: str) -> tuple[str, ...]:
-    """Pure: names of topics siding derives for ``route_name`` (docs/configuration.md,
-    "Derived names"), to test a ``topic_pattern`` against."""
-    return tuple(f"siding.{route_name}.{kind}" for kind in _OWN_TOPIC_KINDS)
+def own_topic_probes(route_name: str, lanes: int) -> tuple[str, ...]:
+    """Pure: every topic siding writes for a route with ``lanes`` retry lanes (siding.naming),
+    to test a ``topic_pattern`` against: a pattern matching one would read the route's own
+    lanes or DLQ as source records. The default DLQ name is among them (an override is
+    checked as ``dlq``)."""
+    return owned_topics(route_name, max(lanes, _PROBED_LANES)).names
 
 
 class RouteConfig(BaseModel):
@@ -353,7 +352,7 @@ class RouteConfig(BaseModel):
                     f"{topic!r} is not a legal Kafka topic name:"
                     f" 1-{TOPIC_NAME_MAX} characters of [a-zA-Z0-9._-]"
                 )
-            if topic.startswith("siding."):
+            if topic.startswith(f"{PREFIX}."):
                 raise ValueError(f"{topic!r} is one of siding's own topics (siding.*)")
         if len(set(value)) < len(value):
             raise ValueError("a topic is listed twice")
@@ -393,7 +392,9 @@ class RouteConfig(BaseModel):
         if self.dlq is not None and self.reads(self.dlq):
             which = "the source topic" if self.topic is not None else "a source topic of the route"
             raise Problem(("dlq",), f"the DLQ must not be {which}")
-        for own in own_topic_probes(self.name) if self.topic_pattern is not None else ():
+        pattern = self.topic_pattern is not None
+        probes = own_topic_probes(self.name, len(self.lanes)) if pattern else ()
+        for own in probes:
             if self.reads(own):
                 raise Problem(
                     ("topic_pattern",),

@@ -28,7 +28,8 @@ from siding.config.kafka_clients import (
     reveal,
     split_settings,
 )
-from siding.config.values import is_legal_topic_name, looks_secret, parse_host_port
+from siding.config.values import looks_secret, parse_host_port
+from siding.naming import is_legal_topic_name
 
 DEFAULT_CHECKPOINT_DIR = "./.siding/checkpoints"
 DEFAULT_REGISTRY_TOPIC = "siding.registry"

@@ -11,34 +11,11 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-TOPIC_NAME_MAX = 249
-# siding.naming adds at most 46 characters around a route name; 200 keeps every derived topic legal.
-ROUTE_NAME_MAX = 200
-
-_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _SECRET_NAME = re.compile(
     r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|keystore\.key"
     r"|access\.key",
     re.I,
 )
-
-
-def is_legal_topic_name(name: str) -> bool:
-    """Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
-    return _is_name(name, TOPIC_NAME_MAX)
-
-
-def is_safe_route_name(name: str) -> bool:
-    """A route name every derived topic name and checkpoint directory can be built from."""
-    return _is_name(name, ROUTE_NAME_MAX)
-
-
-def _is_name(name: str, limit: int) -> bool:
-    return (
-        0 < len(name) <= limit
-        and name not in (".", "..")
-        and _LEGAL_NAME.fullmatch(name) is not None
-    )
 
 
 def looks_secret(name: str) -> bool:

@@ -109,19 +109,16 @@ class RouteTopics:
 
 def route_topics(route: RouteConfig) -> RouteTopics:
     """Pure: the topics of ``route`` (every lane commits the route's group)."""
-    lanes = [
-        (naming.lane_label(k), topic)
-        for k, topic in enumerate(naming.route_lane_topics(route), start=1)
-    ]
-    lanes.append((naming.PARKED, naming.park_topic(route.name)))
+    owned = naming.topics_of(route)
+    lanes = tuple((t.label, t.name) for t in (*owned.lanes, owned.park))
     return RouteTopics(
         route.name,
         route.group,
         route.source_topics,
-        tuple(lanes),
-        naming.route_dlq(route),
+        lanes,
+        owned.dlq.name,
         route.topic_pattern,
-        naming.state_topic(route.name, naming.LIVE),
+        owned.state(naming.LIVE).name,
     )
 
 

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from siding import naming
 from siding.config import RouteConfig, SidingConfig, parse_route
 from siding.dlq.audit import audit_event, audit_record
-from siding.dlq.fate import AUDIT_KIND
 from siding.errors import ConfigError, DurableWriteError, SidingError
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, with_retries
 from siding.kafka.reader import read_to_end
@@ -41,8 +40,6 @@ from siding.routing.producer import DurableProducer, OutRecord
 
 log = logging.getLogger("siding.registry")
 
-_COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-_FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1"}
 # How often lapsed leases are looked for: an instance is dropped at most this long after.
 REAP_S = 0.5
 # How often the driver writes that it runs: after a restart, leases are moved on by the time
@@ -94,7 +91,7 @@ class RegistryService:
         route the config file now defines, or that no longer validates, is skipped with a
         warning), and the registrations, as they were."""
         admin = admin_client({k: str(v) for k, v in self._client_conf.items()})
-        with_retries(lambda: ensure_topics(admin, [TopicSpec(self._topic, 1, _COMPACTED)]))
+        with_retries(lambda: ensure_topics(admin, [TopicSpec(self._topic, 1, naming.COMPACTED)]))
         self._state.apply_all(read_to_end(self._client_conf, self._topic))
         self._producer = DurableProducer(self._client_conf)
         self._pause_leases()
@@ -414,25 +411,27 @@ class RegistryService:
         if not routes:
             return
         admin = admin or admin_client({k: str(v) for k, v in self._client_conf.items()})
-        specs = [TopicSpec(_audit_topic(r.name), 1, _FOREVER) for r in routes]
+        audits = [naming.topics_of(r).state(naming.AUDIT) for r in routes]
+        specs = [TopicSpec(t.name, t.partitions(), t.config()) for t in audits]
         with_retries(lambda: ensure_topics(admin, specs))
 
     def _audit(
         self, route: RouteConfig, command: str, who: str, extra: Mapping[str, object]
     ) -> None:
         """One event on the route's audit topic, in the DLQ tools' form (docs/dlq.md)."""
+        owned = naming.topics_of(route)
         event = audit_event(
             at_ms=self._now_ms(),
             by=who,
             command=command,
             route=route.name,
-            dlq_topic=naming.route_dlq(route),
+            dlq_topic=owned.dlq.name,
             filter_={},
             count=1,
             extra=extra,
         )
         try:
-            self._write([audit_record(_audit_topic(route.name), event)])
+            self._write([audit_record(owned.state(naming.AUDIT).name, event)])
         except ControlError as exc:  # the change is made: say so, and that its audit is missing
             log.error("registry: audit event not written (%s): %s", json.dumps(event), exc)
 
@@ -442,10 +441,6 @@ class RegistryService:
 
 def renewed_ms(now_ms: int, lease_s: float) -> int:
     return now_ms + round(lease_s * 1000)
-
-
-def _audit_topic(route: str) -> str:
-    return naming.state_topic(route, AUDIT_KIND)
 
 
 def _about(reg: Registration) -> dict[str, object]:

@@ -11,7 +11,6 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
-from siding import naming
 from siding.routing.producer import OutRecord
 
 
@@ -22,9 +21,6 @@ class Fate(Enum):
 
 # The Spark schema of a fate record's value (see ``fate_value``).
 VALUE_SCHEMA = "fate STRING, id STRING, died_at BIGINT, at BIGINT, by STRING, `to` STRING"
-
-STATE_KIND = "dlq-fate"
-AUDIT_KIND = naming.AUDIT
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
-from siding.dlq.fate import AUDIT_KIND, STATE_KIND, VALUE_SCHEMA, LetterRef
+from siding.dlq.fate import VALUE_SCHEMA, LetterRef
 from siding.dlq.filters import LetterFilter
 from siding.dlq.replay import Letter
 from siding.errors import DlqError
@@ -69,16 +69,17 @@ def topic_ends(client_conf: Mapping[str, object], topic: str) -> dict[int, tuple
 def open_scope(config: SidingConfig, route_name: str) -> DlqScope:
     route = config.route_named(route_name)
     client_conf = dict(config.kafka.client_config())
-    dlq_topic = naming.route_dlq(route)
+    owned = naming.topics_of(route)
+    dlq_topic = owned.dlq.name
     ends = topic_ends(client_conf, dlq_topic)
     if ends is None:
         raise DlqError(f"DLQ topic {dlq_topic} of route {route.name} does not exist")
-    fate_topic = naming.state_topic(route.name, STATE_KIND)
+    fate_topic = owned.state(naming.DLQ_FATE).name
     return DlqScope(
         route=route,
         dlq_topic=dlq_topic,
         fate_topic=fate_topic,
-        audit_topic=naming.state_topic(route.name, AUDIT_KIND),
+        audit_topic=owned.state(naming.AUDIT).name,
         client_conf=client_conf,
         spark_options=config.kafka.spark_options(),
         ends=ends,

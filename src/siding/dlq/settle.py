@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+from siding import naming
 from siding.dlq.audit import audit_event, audit_record, who
 from siding.dlq.fate import Fate, fate_record
 from siding.dlq.filters import LetterFilter
 from siding.dlq.read import DlqScope, iter_letters
 from siding.dlq.replay import Letter, chunk_size, pause_s
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, with_retries
-from siding.routing.audit import TOPIC_CONFIG
 from siding.routing.producer import DurableProducer, OutRecord
 
 if TYPE_CHECKING:
@@ -24,14 +24,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# Only the latest fate per letter matters; the audit trail is kept for good.
-_COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-_FOREVER = TOPIC_CONFIG
-
 
 def ensure_state_topics(scope: DlqScope) -> None:
+    """Create the route's fate and audit topics if missing, as siding.naming lists them."""
     admin = admin_client({k: str(v) for k, v in scope.client_conf.items()})
-    specs = [TopicSpec(scope.fate_topic, 1, _COMPACTED), TopicSpec(scope.audit_topic, 1, _FOREVER)]
+    owned = naming.topics_of(scope.route)
+    wanted = (owned.state(naming.DLQ_FATE), owned.state(naming.AUDIT))
+    specs = [TopicSpec(t.name, t.partitions(), t.config()) for t in wanted]
     with_retries(lambda: ensure_topics(admin, specs))
 
 

@@ -1,5 +1,6 @@
 """The route's audit trail: one JSON event per operator action (a DLQ merge or purge, an offsets
-reset, a group position adopted at start), appended to ``siding.<route>.state-audit``."""
+reset, a group position adopted at start), appended to the route's audit topic
+(``siding.naming.audit_topic``, kept for good)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,6 @@ import socket
 from collections.abc import Mapping
 
 from siding.routing.producer import OutRecord
-
-# The audit trail is kept for good.
-TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
 
 
 def who() -> str:

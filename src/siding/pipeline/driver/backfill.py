@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
 from siding.config.models import ParkConfig
-from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, existing_topics
+from siding.kafka.admin import admin_client, ensure_topics, existing_topics
 from siding.kafka.extent import extents, offsets_at
 from siding.model import Ordering
 from siding.pipeline.driver.backfill_range import (
@@ -40,10 +40,11 @@ from siding.pipeline.driver.backfill_range import (
 from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.topics import carried, topic_specs
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.offline import moves
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
-from siding.routing.audit import TOPIC_CONFIG, audit_record, who
+from siding.routing.audit import who
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -130,24 +131,15 @@ def plan_state(
 
 
 def _ensure_route_topics(config: SidingConfig, route: RouteConfig, ranges: Ranges) -> None:
-    """The lanes and the DLQ exist once the route ran; create them if it never did."""
+    """The lanes and the DLQ exist once the route ran; create them as its start would (sized
+    and as large as its sources) if it never did."""
     admin = admin_client({k: str(v) for k, v in config.kafka.client_config().items()})
     present = existing_topics(admin)
-    partitions = max((present.get(t, 1) for t, _ in ranges), default=1)
-    topics = (*naming.route_lane_topics(route), naming.route_dlq(route))
-    ensure_topics(admin, [TopicSpec(t, partitions) for t in topics])
-
-
-def _audit(config: SidingConfig, route: RouteConfig, event: Mapping[str, object]) -> None:
-    client_conf = dict(config.kafka.client_config())
-    topic = naming.audit_topic(route.name)
-    admin = admin_client({k: str(v) for k, v in client_conf.items()})
-    ensure_topics(admin, [TopicSpec(topic, 1, TOPIC_CONFIG)])
-    producer = DurableProducer(client_conf)
-    try:
-        producer.write([audit_record(topic, event)])
-    finally:
-        producer.close()
+    sources = sorted({t for t, _ in ranges})
+    partitions = max((present.get(t, 1) for t in sources), default=1)
+    owned = naming.topics_of(route)
+    wanted = [*owned.lanes, owned.dlq]
+    ensure_topics(admin, topic_specs(wanted, partitions, carried(admin, sources)))
 
 
 def _event(
@@ -246,7 +238,7 @@ def run_backfill(
             route=delivering,
             lane=0,
             client_conf=client_conf,
-            parking=KeyParking(naming.state_topic(route.name, "keys")),
+            parking=KeyParking(naming.state_topic(route.name, naming.KEYS)),
             state_producer=producer,
             stop=stop or threading.Event(),
             sink=BatchSink(collect),
@@ -289,7 +281,7 @@ def run_backfill(
                 spark.stop()
             event = _event(route, state, status, max_in_flight, round(clock() * 1000))
             try:
-                _audit(config, route, event)
+                moves.audit(dict(config.kafka.client_config()), route, event)
             except Exception:
                 log.exception("route %s: the backfill's audit event was not written", route.name)
         path.unlink(missing_ok=True)

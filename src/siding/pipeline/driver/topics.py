@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,16 +15,6 @@ from siding.model import Ordering
 
 class RouteFailed(SidingError):
     """A route's query stopped with an error; the message names the route and the cause."""
-
-
-_COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-# Settlements are short-lived: tombstones need not outlive an hour.
-_SETTLED = {**_COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "3600000"}
-# Progress records are rewritten every few hundred ms under a few keys: compact often, so a
-# start reads little (docs/replay.md).
-_PROGRESS = {**_COMPACTED, "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
-# Workers' in-flight reports (siding.pipeline.executor.live): only the last hour's are of any use.
-_LIVE = {"cleanup.policy": "compact,delete", "retention.ms": "3600000", "segment.ms": "600000"}
 
 
 @dataclass(frozen=True)
@@ -43,28 +33,37 @@ def prepare(admin: Any, route: RouteConfig) -> Prepared:
     sources = check_sources(route, present)
     # Lanes, the DLQ and the park topic hold the records of every source topic.
     partitions = max(present[t] for t in sources)
-    # Lanes, the DLQ and the park topic carry the source's records whole: as large as it.
-    sizes = [topic_config(admin, t, "max.message.bytes") for t in sources]
-    size = max((s for s in sizes if s), key=int, default=None)
-    carry = {"max.message.bytes": size} if size else {}
-    specs = [TopicSpec(t, partitions, carry) for t in naming.route_lane_topics(route)]
-    specs.append(TopicSpec(naming.route_dlq(route), partitions, carry))
-    specs.append(TopicSpec(naming.state_topic(route.name, "keys"), 1, _COMPACTED))
+    owned = naming.topics_of(route)
+    wanted = [*owned.lanes, owned.dlq, owned.state(naming.KEYS)]
     if route.progress_interval > 0:
-        specs.append(TopicSpec(naming.state_topic(route.name, "progress"), 1, _PROGRESS))
-    specs.append(TopicSpec(naming.state_topic(route.name, naming.LIVE), 1, _LIVE))
+        wanted.append(owned.state(naming.PROGRESS))
+    wanted.append(owned.state(naming.LIVE))
     if held_topics(route, present):
-        specs.append(TopicSpec(naming.hold_topic(route.name), partitions, carry))
-    if route.parks or naming.park_topic(route.name) in present:
-        specs.append(TopicSpec(naming.park_topic(route.name), partitions, carry))
-        specs.append(TopicSpec(naming.state_topic(route.name, "settled"), 1, _SETTLED))
+        wanted.append(owned.hold)
+    if route.parks or owned.park.name in present:
+        wanted += [owned.park, owned.state(naming.SETTLED)]
     if missing := [t for t in route.outputs if t not in present]:
         raise RouteFailed(
             f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
             " (siding does not create output topics: docs/outputs.md)"
         )
-    ensure_topics(admin, specs)
+    ensure_topics(admin, topic_specs(wanted, partitions, carried(admin, sources)))
     return Prepared(sources, partitions, present)
+
+
+def carried(admin: Any, sources: Iterable[str]) -> dict[str, str]:
+    """What record topics take from the sources: they carry the source's records whole, so
+    they are as large as the largest (``max.message.bytes``, when a source sets it)."""
+    sizes = [topic_config(admin, t, "max.message.bytes") for t in sources]
+    size = max((s for s in sizes if s), key=int, default=None)
+    return {"max.message.bytes": size} if size else {}
+
+
+def topic_specs(
+    topics: Iterable[naming.OwnedTopic], partitions: int, carry: Mapping[str, str]
+) -> list[TopicSpec]:
+    """Pure: how to create ``topics`` of a route whose sources have ``partitions``."""
+    return [TopicSpec(t.name, t.partitions(partitions), t.config(carry)) for t in topics]
 
 
 def held_topics(route: RouteConfig, present: Mapping[str, int] | set[str]) -> tuple[str, ...]:
@@ -88,13 +87,8 @@ def check_sources(route: RouteConfig, present: Mapping[str, int]) -> tuple[str, 
                 f"route {route.name}: source {which} {', '.join(missing)} does not exist"
             )
         return route.source_topics
-    own = {
-        *naming.route_lane_topics(route),
-        naming.route_dlq(route),
-        naming.hold_topic(route.name),
-        naming.park_topic(route.name),
-    }
-    own.update(t for t in present if t.startswith(f"{naming.PREFIX}.{route.name}."))
+    own = set(naming.topics_of(route).names)
+    own.update(t for t in present if t.startswith(naming.route_prefix(route.name)))
     for topic in sorted(own):
         if route.reads(topic):
             raise RouteFailed(

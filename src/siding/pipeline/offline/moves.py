@@ -36,7 +36,7 @@ from siding.kafka.admin import (
 from siding.kafka.extent import extents, offsets_at
 from siding.pipeline.offline import offset_log, owner, positions
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock, holder
-from siding.routing.audit import TOPIC_CONFIG, audit_record, who
+from siding.routing.audit import audit_record, who
 from siding.routing.producer import DurableProducer
 
 log = logging.getLogger("siding.offsets")
@@ -231,14 +231,16 @@ def finish_interrupted(route_dir: Path, admin: Any) -> Move | None:
 def audit(
     client_conf: Mapping[str, object], route: RouteConfig, event: Mapping[str, object]
 ) -> None:
-    topic = naming.audit_topic(route.name)
+    """Append ``event`` to the route's audit topic (created if missing): offsets moved here,
+    backfills in ``siding.pipeline.driver.backfill``."""
+    topic = naming.topics_of(route).state(naming.AUDIT)
     ensure_topics(
         admin_client({k: str(v) for k, v in client_conf.items()}),
-        [TopicSpec(topic, 1, TOPIC_CONFIG)],
+        [TopicSpec(topic.name, topic.partitions(), topic.config())],
     )
     producer = DurableProducer(client_conf)
     try:
-        producer.write([audit_record(topic, event)])
+        producer.write([audit_record(topic.name, event)])
     finally:
         producer.close()
 
