@@ -23,8 +23,10 @@ $(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml sdk
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./sdk/python -e .
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/jars: $(STAMPS)/venv jvm/kafka/pom.xml jvm/spark/pom.xml src/siding/jvm.py
-	$(PY) -m siding.jvm resolve
+# The jars in the lock (src/siding/jars.lock.json) into .jars/, from Maven Central, verified by
+# sha256. After editing a pom: `$(PY) -m siding.jvm lock` (mvn) rewrites the lock.
+$(STAMPS)/jars: $(STAMPS)/venv src/siding/jars.lock.json src/siding/jarcache.py src/siding/jvm.py
+	$(PY) -m siding.jvm fetch
 	@mkdir -p $(STAMPS) && touch $@
 
 jars: $(STAMPS)/jars
