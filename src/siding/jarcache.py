@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO
 
 from siding.errors import SetupError
 
+log = logging.getLogger("siding.jars")
 LOCK_FILE = Path(__file__).with_name("jars.lock.json")
 CENTRAL = "https://repo.maven.apache.org/maven2"
 REPO_ENV = "SIDING_MAVEN_REPO"
@@ -118,7 +120,11 @@ def sha256_of(path: Path) -> str:
 
 
 def _note(message: str) -> None:
-    print(f"siding: {message}", file=sys.stderr, flush=True)
+    # Through siding's logs when `siding run` set them up (text or JSON), else plainly on stderr.
+    if logging.getLogger().hasHandlers():
+        log.info("%s", message)
+    else:
+        print(f"siding: {message}", file=sys.stderr, flush=True)
 
 
 def _stamp_ok(folder: Path, name: str, lock: JarLock) -> bool:
