@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java lint proto bench clean
+.PHONY: setup jars dist demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java lint proto bench clean
 
 GO ?= go
 GO_TOOLS := $(CURDIR)/.tools/go/bin
@@ -23,11 +23,19 @@ $(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml sdk
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./sdk/python -e .
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/jars: $(STAMPS)/venv jvm/kafka/pom.xml jvm/spark/pom.xml src/siding/jvm.py
-	$(PY) -m siding.jvm resolve
+# The jars in the lock (src/siding/jars.lock.json) into .jars/, from Maven Central, verified by
+# sha256. After editing a pom: `$(PY) -m siding.jvm lock` (mvn) rewrites the lock.
+$(STAMPS)/jars: $(STAMPS)/venv src/siding/jars.lock.json src/siding/jarcache.py src/siding/jvm.py
+	$(PY) -m siding.jvm fetch
 	@mkdir -p $(STAMPS) && touch $@
 
 jars: $(STAMPS)/jars
+
+# The wheels and sdists of siding and of the thin Python SDK, into dist/ (ignored).
+dist: $(STAMPS)/venv
+	rm -rf dist
+	$(PY) -m build --outdir dist sdk/python
+	$(PY) -m build --outdir dist .
 
 # Test tools from Debian: promtool checks the alert rules, headless Chromium renders the page.
 # Where apt is not available the tests that need them skip, except under CI=true.
@@ -108,4 +116,4 @@ bench: setup
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(STAMPS) .jars $(VENV) .tools sdk/node/node_modules sdk/node/dist sdk/java/target
+	rm -rf $(STAMPS) .jars dist $(VENV) .tools sdk/node/node_modules sdk/node/dist sdk/java/target

@@ -1,41 +1,75 @@
 """Where the JVM parts live: the Kafka broker's jars and Spark's Kafka connector.
 
-``python -m siding.jvm resolve`` (run by ``make setup``) copies both sets from Maven Central with
-``mvn dependency:copy-dependencies``, from the poms in ``jvm/``, into the ignored folder ``.jars/``.
-Spark's Ivy (``--packages``) does not read Maven's settings, so siding hands Spark plain jar paths.
+``python -m siding.jvm lock`` (a developer command) resolves the poms in ``jvm/`` with Maven and
+writes the jar lock shipped in the package (``siding.jarcache``). At run time the locked jars are
+fetched on first use into the jars folder (``jars_dir()``) and checked against the lock; ``make
+setup`` fills the checkout's ``.jars/`` the same way. Spark's Ivy (``--packages``) does not read
+Maven's settings, so siding hands Spark plain jar paths.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from siding.errors import SetupError
+from siding.jarcache import (
+    LOCK_FILE,
+    SETS,
+    JarLock,
+    LockedJar,
+    default_cache_dir,
+    ensure,
+    sha256_of,
+)
+
+JARS_DIR_ENV = "SIDING_JARS_DIR"
 
 CONNECTOR_ARTIFACT = "spark-sql-kafka-0-10_2.13"
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-[A-Za-z0-9.]+)*)\.jar$")
 
 
-def project_root() -> Path:
-    """The source checkout siding runs from (``SIDING_HOME`` overrides)."""
+def checkout() -> Path | None:
+    """The source checkout siding runs from (``SIDING_HOME`` overrides), or None when installed."""
     if env := os.environ.get("SIDING_HOME"):
         return Path(env)
     for parent in Path(__file__).resolve().parents:
         if (parent / "jvm" / "kafka" / "pom.xml").is_file():
             return parent
-    raise SetupError(
-        "cannot find siding's jvm/ folder: set SIDING_HOME to the siding checkout or run from it"
-    )
+    return None
 
 
-def jars_dir() -> Path:
-    if env := os.environ.get("SIDING_JARS_DIR"):
-        return Path(env)
-    return project_root() / ".jars"
+def project_root() -> Path:
+    """The source checkout: only the developer commands (``lock``, the benchmarks) need one."""
+    root = checkout()
+    if root is None:
+        raise SetupError(
+            "cannot find siding's jvm/ folder: set SIDING_HOME to the siding checkout"
+            " or run from it"
+        )
+    return root
+
+
+@functools.cache
+def jar_lock() -> JarLock:
+    return JarLock.load()
+
+
+def jars_dir(configured: str | Path | None = None) -> Path:
+    """Where the jars are: ``$SIDING_JARS_DIR``, else ``configured`` (``[spark] jars_dir``), else
+    the checkout's ``.jars/``, else a per-user cache folder keyed by the lock."""
+    if env := os.environ.get(JARS_DIR_ENV):
+        return Path(env).expanduser()
+    if configured:
+        return Path(configured).expanduser()
+    root = checkout()
+    return root / ".jars" if root is not None else default_cache_dir(jar_lock())
 
 
 def require_tool(name: str, install_hint: str) -> str:
@@ -102,84 +136,144 @@ def pyspark_version() -> str:
 
 
 def kafka_classpath() -> str:
-    """Classpath for the embedded broker's JVM."""
-    folder = jars_dir() / "kafka"
-    jars = sorted(folder.glob("*.jar"))
-    if not any(jar.name.startswith("kafka_2.13-") for jar in jars):
-        raise SetupError(f"Kafka broker jars missing in {folder}: run `make setup`")
+    """Classpath for the embedded broker's JVM (its jars fetched on first use)."""
+    jars = ensure(jars_dir(), "kafka", jar_lock())
     return os.pathsep.join(str(jar) for jar in jars)
 
 
-def spark_jars() -> list[str]:
+def spark_jars(configured: str | Path | None = None) -> list[str]:
     """Jars to put on ``spark.jars``: Spark's Kafka connector at pyspark's exact version."""
-    folder = jars_dir() / "spark"
-    jars = sorted(folder.glob("*.jar"))
+    lock = jar_lock()
+    if lock.pyspark != pyspark_version():
+        raise SetupError(
+            f"siding's jar lock is for pyspark {lock.pyspark} but pyspark {pyspark_version()} is"
+            f" installed: install pyspark=={lock.pyspark}"
+            " (in a checkout: `python -m siding.jvm lock`)"
+        )
+    jars = ensure(jars_dir(configured), "spark", lock)
     expected = f"{CONNECTOR_ARTIFACT}-{pyspark_version()}.jar"
     if not any(jar.name == expected for jar in jars):
-        raise SetupError(f"{expected} missing in {folder}: run `make setup`")
+        raise SetupError(f"{expected} is not in siding's jar lock: `python -m siding.jvm lock`")
     if problems := below_floor([jar.name for jar in jars]):
-        raise SetupError(f"{'; '.join(problems)} in {folder}: run `make setup`")
+        raise SetupError(f"{'; '.join(problems)} in siding's jar lock: `python -m siding.jvm lock`")
     return [str(jar) for jar in jars]
 
 
-def _copy_dependencies(pom: Path, out: Path, extra: list[str]) -> None:
+def fetch(target: Path | None = None, source_dir: Path | None = None) -> Path:
+    """Both jar sets into ``target`` (default: ``jars_dir()``), from Maven or ``source_dir``."""
+    folder = target or jars_dir()
+    for name in SETS:
+        ensure(folder, name, jar_lock(), source_dir=source_dir)
+    return folder
+
+
+def parse_dependency_list(text: str) -> list[tuple[str, Path]]:
+    """Pure: ``mvn dependency:list -DoutputAbsoluteArtifactFilename=true`` output ->
+    (``group:artifact:version[:classifier]``, the jar in the local repository) per jar."""
+    found = []
+    for raw in text.splitlines():
+        line = raw.split(" -- ")[0].removesuffix(" (optional)").strip()
+        head, sep, path = line.partition(":/")
+        fields = head.split(":")
+        if not sep or len(fields) not in (5, 6) or fields[2] != "jar":
+            continue
+        group, artifact, _type = fields[:3]
+        classifier = fields[3] if len(fields) == 6 else ""
+        version = fields[-2]
+        coordinates = f"{group}:{artifact}:{version}" + (f":{classifier}" if classifier else "")
+        found.append((coordinates, Path("/" + path)))
+    return sorted(found)
+
+
+def _dependency_list(root: Path, pom: Path, extra: list[str]) -> list[tuple[str, Path]]:
     mvn = require_tool("mvn", "Apache Maven 3.6+ (e.g. `apt-get install maven`)")
-    if out.exists():
-        shutil.rmtree(out)
-    command = [
-        mvn,
-        "-B",
-        "-q",
-        "-gs",
-        str(pom.parent.parent / "maven-settings.xml"),
-        "-f",
-        str(pom),
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={out}",
-        *extra,
-    ]
-    done = subprocess.run(command, check=False, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise SetupError(f"mvn failed for {pom}:\n{tail}")
+    with tempfile.TemporaryDirectory(prefix="siding-lock-") as tmp:
+        listing = Path(tmp) / "list.txt"
+        command = [
+            mvn,
+            "-B",
+            "-q",
+            "-gs",
+            str(root / "jvm" / "maven-settings.xml"),
+            "-f",
+            str(pom),
+            "dependency:list",
+            "-DincludeScope=runtime",
+            "-DoutputAbsoluteArtifactFilename=true",
+            f"-DoutputFile={listing}",
+            *extra,
+        ]
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise SetupError(f"mvn failed for {pom}:\n{tail}")
+        return parse_dependency_list(listing.read_text())
 
 
-def resolve() -> None:
-    """Copy both jar sets into ``.jars/``; keep only what pyspark does not already ship."""
+def _locked(coordinates: str, path: Path) -> LockedJar:
+    return LockedJar(coordinates, path.name, path.stat().st_size, sha256_of(path))
+
+
+def make_lock() -> JarLock:
+    """Resolve both poms with Maven and lock the result; the spark set keeps only the jars whose
+    artifact pyspark does not already ship (any version), as Spark would load pyspark's first."""
     require_java()
     root = project_root()
-    target = jars_dir()
     spark_version = pyspark_version()
-    _copy_dependencies(root / "jvm" / "kafka" / "pom.xml", target / "kafka", [])
-    staging = target / "spark-staging"
-    _copy_dependencies(
-        root / "jvm" / "spark" / "pom.xml", staging, [f"-Dspark.version={spark_version}"]
+    poms = {
+        "kafka": root / "jvm" / "kafka" / "pom.xml",
+        "spark": root / "jvm" / "spark" / "pom.xml",
+    }
+    kafka = _dependency_list(root, poms["kafka"], [])
+    spark = _dependency_list(root, poms["spark"], [f"-Dspark.version={spark_version}"])
+    keep = set(
+        jars_to_keep([p.name for _, p in spark], [p.name for p in pyspark_jars_dir().glob("*.jar")])
     )
-    keep = jars_to_keep(
-        [p.name for p in staging.glob("*.jar")], [p.name for p in pyspark_jars_dir().glob("*.jar")]
+    return JarLock(
+        pyspark=spark_version,
+        poms={str(p.relative_to(root)): sha256_of(p) for p in poms.values()},
+        sets={
+            "kafka": tuple(_locked(c, p) for c, p in kafka),
+            "spark": tuple(_locked(c, p) for c, p in spark if p.name in keep),
+        },
     )
-    final = target / "spark"
-    if final.exists():
-        shutil.rmtree(final)
-    final.mkdir(parents=True)
-    for name in keep:
-        shutil.move(str(staging / name), final / name)
-    shutil.rmtree(staging)
-    spark_jars()  # fails loudly if the connector is not at pyspark's version
-    kafka = sorted(p.name for p in (target / "kafka").glob("kafka_2.13-*.jar"))
-    print(f"jars: broker {kafka[0] if kafka else '?'}; spark connector -> {', '.join(keep)}")
+
+
+def write_lock() -> Path:
+    lock = make_lock()
+    for name, jars in lock.sets.items():
+        names = [jar.file for jar in jars]
+        if len(set(names)) != len(names):
+            raise SetupError(f"two jars of the {name} set have the same file name: {names}")
+    if problems := below_floor([jar.file for jar in lock.sets["spark"]]):
+        raise SetupError("; ".join(problems))
+    target = project_root() / "src" / "siding" / LOCK_FILE.name
+    target.write_text(lock.as_json())
+    jar_lock.cache_clear()
+    kafka = [j.file for j in lock.sets["kafka"] if j.file.startswith("kafka_2.13-")]
+    spark = ", ".join(j.file for j in lock.sets["spark"])
+    print(f"{target}: broker {kafka[0] if kafka else '?'}; spark connector -> {spark}")
+    return target
+
+
+USAGE = """usage: python -m siding.jvm lock | fetch
+  lock   resolve jvm/kafka/pom.xml and jvm/spark/pom.xml with mvn into src/siding/jars.lock.json
+  fetch  fetch the locked jars into the jars folder (the checkout's .jars/; make setup runs it)"""
 
 
 def main(argv: list[str]) -> int:
-    if argv[1:] != ["resolve"]:
-        print("usage: python -m siding.jvm resolve", file=sys.stderr)
+    # `resolve` was the name of `fetch` when it ran mvn itself: kept for old stamps and habits.
+    commands = {"lock": write_lock, "fetch": fetch, "resolve": fetch}
+    if len(argv) != 2 or argv[1] not in commands:
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        resolve()
+        done = commands[argv[1]]()
     except SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if argv[1] != "lock":
+        print(f"jars: {done}")
     return 0
 
 

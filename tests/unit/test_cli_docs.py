@@ -48,7 +48,8 @@ def _option_names(command: click.Command) -> set[str]:
 def _commands(group: click.Command, words: list[str]) -> tuple[list[click.Command], list[str]]:
     """The command(s) ``words`` name (``a | b`` names both), and the words left."""
     chosen = [group]
-    while words and isinstance(chosen[0], click.Group):
+    # A group may take options of its own (`siding jars --from DIR`): they end the command.
+    while words and not words[0].startswith("-") and isinstance(chosen[0], click.Group):
         names = [words.pop(0)]
         while len(words) >= 2 and words[0] in SEPARATORS:
             names.append(words[1])

@@ -82,6 +82,7 @@ class _Job:
                 self.config.spark.master,
                 app_name=f"{self.config.spark.app_name}-dlq",
                 extra=self.config.spark.conf_values(),
+                jars_dir=self.config.spark.jars_dir,
             )
 
     def none_match(self) -> None:

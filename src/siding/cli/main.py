@@ -40,6 +40,9 @@ def _register() -> None:
     cli.add_command(top.top)
 
     cli.add_command(demo.demo)
+    from siding.cli.jars import jars
+
+    cli.add_command(jars)
 
 
 def main() -> None:

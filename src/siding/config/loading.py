@@ -134,6 +134,8 @@ def _load_files(data: dict[str, Any], base: Path) -> None:
         path = spark.get("checkpoint_dir", DEFAULT_CHECKPOINT_DIR)
         if isinstance(path, str):
             spark["checkpoint_dir"] = _resolve_dir(path, base)
+        if isinstance(jars := spark.get("jars_dir"), str):
+            spark["jars_dir"] = str((base / Path(jars).expanduser()).resolve())
     routes = data.get("route")
     for i, route in enumerate(routes if isinstance(routes, list) else []):
         auth = route.get("auth") if isinstance(route, dict) else None

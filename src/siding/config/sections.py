@@ -178,6 +178,8 @@ class SparkConfig(BaseModel):
     checkpoint_dir: str = DEFAULT_CHECKPOINT_DIR
     trigger: Duration = 0.0
     conf: dict[str, Setting] = Field(default_factory=dict)
+    # The JVM jars' folder (siding.jvm.jars_dir); $SIDING_JARS_DIR wins over it.
+    jars_dir: str | None = None
 
     @field_validator("master")
     @classmethod

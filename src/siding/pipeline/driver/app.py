@@ -85,6 +85,7 @@ class Application:
                     effective_master(config.spark.master, slots, os.cpu_count() or 1),
                     app_name=config.spark.app_name,
                     extra=config.spark.conf_values(),
+                    jars_dir=config.spark.jars_dir,
                 )
                 self._own_session = True
             quiet_py4j()

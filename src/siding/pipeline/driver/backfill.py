@@ -227,6 +227,7 @@ def run_backfill(
                 config.spark.master,
                 app_name=f"{config.spark.app_name}-backfill",
                 extra=config.spark.conf_values(),
+                jars_dir=config.spark.jars_dir,
             )
         results: list[TaskResult] = []
 

@@ -42,14 +42,16 @@ def session_conf(
     app_name: str = "siding",
     ui: bool = False,
     extra: Mapping[str, str] | None = None,
+    jars_dir: str | None = None,
 ) -> dict[str, str]:
-    """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins."""
+    """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins.
+    ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``)."""
     local = master.startswith("local")
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J2}"
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
-        "spark.jars": ",".join(spark_jars()),
+        "spark.jars": ",".join(spark_jars(jars_dir)),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": java_opts,
@@ -82,6 +84,7 @@ def build_session(
     app_name: str = "siding",
     ui: bool = False,
     extra: Mapping[str, str] | None = None,
+    jars_dir: str | None = None,
 ) -> SparkSession:
     """Create (or return the running) SparkSession with siding's settings."""
     # Workers must run the same interpreter (the one that has siding installed).
@@ -90,7 +93,9 @@ def build_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for key, value in session_conf(master, app_name=app_name, ui=ui, extra=extra).items():
+    for key, value in session_conf(
+        master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir
+    ).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
