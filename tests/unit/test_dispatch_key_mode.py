@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from siding.dispatch import DispatchSettings, Held, ParkedRecord, Work, dispatch
+from siding.dispatch import DispatchSettings, ParkedRecord, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, delivery_id
-from siding.policy import Done, ToDlq, ToLane
+from siding.steps import Done, Held, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=1.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))

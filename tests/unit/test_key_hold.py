@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from siding import naming
 from siding.config import parse_config
-from siding.dispatch import Held, Settled, Work
+from siding.dispatch import Settled, Work
 from siding.dispatch.keyorder import HELD, Blocker, KeyLines, ParkEvent, Released, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
 from siding.pipeline.driver.keystate import KeyParking
@@ -27,10 +27,10 @@ from siding.pipeline.executor.task import (
     slice_work,
     waiting_in_hold,
 )
-from siding.policy import Done, ToLane
 from siding.routing import story
 from siding.routing.producer import OutRecord
 from siding.routing.records import requeue_record
+from siding.steps import Done, Held, ToLane
 
 CONFIG = """
 [kafka]

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from siding.dispatch.keyorder import (
     HELD,
     Blocker,
-    Held,
     KeyLines,
     OrderKey,
     ParkedRecord,
@@ -23,6 +22,7 @@ from siding.dispatch.keyorder import (
 )
 from siding.model import Delivery, Lane, Ordering, delivery_id
 from siding.policy import lane_for_attempt
+from siding.steps import Held
 
 TOPIC = "trips"
 LANES = (Lane(1.0, 5.0, attempts=2), Lane(10.0, 5.0, attempts=1), Lane(60.0, 5.0, attempts=3))

@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from siding.model import Delivery, Lane, Ordering, delivery_id
+from siding.steps import Held
 
 OrderKey = tuple[int, bytes]
 """(partition, key): the unit of ordering in ``key`` mode."""
@@ -28,14 +29,6 @@ class ParkedRecord:
 
 HELD = 0
 """The ``lane`` of a ``ParkedRecord`` that is a held follower, not a record in a retry lane."""
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """The step of a record that waits behind an earlier record of its key: it goes to the
-    route's hold topic unchanged and is read back by the main lane (docs/dispatch.md)."""
-
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,11 @@ from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import StatsRecorder
 from siding.dispatch.suspects import Suspects
-from siding.dispatch.work import DispatchReport, FinalStep, Parked, ParkedCall, Settled, Work
+from siding.dispatch.work import DispatchReport, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
 from siding.model import Ordering, Outcome, OutcomeKind
-from siding.policy import Backoff, Stop, ToDlq, ToLane, next_step
+from siding.policy import next_step
+from siding.steps import Backoff, Done, FinalStep, Parked, Stop, ToDlq, ToLane
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
 from siding.transport.outputs import screen_outputs
@@ -380,10 +381,10 @@ class _Window:
                 self._recovering.add(index)
                 recovering = True
             if conviction is not None:
-                reason = conviction.reason(outcome.reason)
-                log.warning("%s dead-lettered: %s", delivery.id, reason)
+                dead = conviction.dead_letter(outcome.reason)
+                log.warning("%s dead-lettered: %s", delivery.id, dead.reason)
                 self._backoffs.pop(index, None)
-                self._settle(index, ToDlq(reason))
+                self._settle(index, dead)
                 return
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
             self._suspects.refused(index)
@@ -400,21 +401,22 @@ class _Window:
             consecutive_backoffs=consecutive,
             rand=self._rand(),
         )
-        if isinstance(step, Stop):
-            raise EndpointGoneError(f"{delivery.id}: {step.reason}")
-        if isinstance(step, Backoff):
-            # Redeliver in place: the attempt is not spent, only time.
-            self._backoffs[index] = consecutive
-            if index in self._suspects:
-                # The breaker waits out the restart; a suspect's own pause must not compound
-                # over its deaths and refusals, or each round of isolation grows longer.
-                step = Backoff(self._settings.suspect_spread_s * self._rand(), step.reason)
-            self._log_holdout(index, consecutive, step.reason, now_ms)
-            due_ms = now_ms + math.ceil(step.delay_s * 1000)
-            self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
-            return
-        self._backoffs.pop(index, None)
-        self._settle(index, step)
+        match step:
+            case Stop(reason=reason):
+                raise EndpointGoneError(f"{delivery.id}: {reason}")
+            case Backoff(delay_s=delay_s, reason=reason):
+                # Redeliver in place: the attempt is not spent, only time.
+                self._backoffs[index] = consecutive
+                if index in self._suspects:
+                    # The breaker waits out the restart; a suspect's own pause must not compound
+                    # over its deaths and refusals, or each round of isolation grows longer.
+                    delay_s = self._settings.suspect_spread_s * self._rand()
+                self._log_holdout(index, consecutive, reason, now_ms)
+                due_ms = now_ms + math.ceil(delay_s * 1000)
+                self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
+            case Done() | ToLane() | ToDlq():
+                self._backoffs.pop(index, None)
+                self._settle(index, step)
 
     def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
         """A message that has been told "back off" for longer than a deadline while the endpoint

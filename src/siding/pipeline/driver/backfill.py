@@ -45,6 +45,7 @@ from siding.pipeline.offline import moves
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
 from siding.routing.audit import TOPIC_CONFIG, audit_record, who
 from siding.routing.producer import DurableProducer
+from siding.steps import StepCounts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -270,12 +271,12 @@ def run_backfill(
                 )
                 results.clear()
                 handler(frame, number)
-                read = sum(r.records for r in results)
+                counts = StepCounts.total(r.counts for r in results)
                 for name, value in (
-                    ("records", read),
-                    ("acked", sum(r.acked for r in results)),
-                    ("laned", sum(r.to_lane for r in results)),
-                    ("dead", sum(r.to_dlq for r in results)),
+                    ("records", counts.records),
+                    ("acked", counts.acked),
+                    ("laned", counts.to_lane),
+                    ("dead", counts.to_dlq),
                 ):
                     state.counts[name] = state.counts.get(name, 0) + value
                 state.done.update({tp: stop_at for tp, (_, stop_at) in chunk.items()})

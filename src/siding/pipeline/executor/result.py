@@ -6,18 +6,14 @@ from dataclasses import dataclass, field
 
 from siding.dispatch import DispatchStats
 from siding.dispatch.keyorder import ParkEvent
+from siding.steps import StepCounts
 
 
 @dataclass(frozen=True)
 class TaskResult:
     """What the driver learns from one task (small: counts, stats, key-parking events)."""
 
-    records: int = 0
-    acked: int = 0
-    to_lane: int = 0
-    to_dlq: int = 0
-    parked: int = 0
-    held: int = 0
+    counts: StepCounts = field(default_factory=StepCounts)
     stats: DispatchStats | None = None
     park_events: tuple[ParkEvent, ...] = ()
     dead_reasons: dict[str, int] = field(default_factory=dict)
@@ -30,5 +26,3 @@ class TaskResult:
     running_parked: tuple[tuple[str, int], ...] = ()
     # A replayed batch: records left out because an earlier attempt made them durable.
     skipped: int = 0
-    # Output records produced for the records this task finished (docs/outputs.md).
-    outputs: int = 0
