@@ -32,15 +32,15 @@ def test_only_records_due_after_the_lanes_delay_are_put_back() -> None:
     route = parse_config(CONFIG).route[0]
     now = 1_000_000
     items = [_item(1, now + 5_000), _item(2, now + 11_000), _item(3, now + 600_000)]
-    lane = build_plan(route, 1, {}, tasks=1, parked={})
+    lane = build_plan(route, 1, {}, tasks=1, waiting={})
     assert [i.delivery.offset for i in not_due(lane, items, now)] == [3]
-    main = build_plan(route, 0, {}, tasks=1, parked={})
+    main = build_plan(route, 0, {}, tasks=1, waiting={})
     assert not_due(main, items, now) == []
 
 
 def test_a_record_put_back_is_resent_to_its_lane_with_its_story_unchanged() -> None:
     route = parse_config(CONFIG).route[0]
-    lane = build_plan(route, 1, {}, tasks=1, parked={})
+    lane = build_plan(route, 1, {}, tasks=1, waiting={})
     item = _item(3, 1_600_000)
     hops = (LaneHop(0, 1, 900_000, "http 503"),)
     out = route_out(

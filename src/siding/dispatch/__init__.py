@@ -10,7 +10,7 @@ from siding.dispatch.breaker import (
 )
 from siding.dispatch.errors import DispatchInterrupted
 from siding.dispatch.guard import flood_exceeded
-from siding.dispatch.keyorder import OrderKey, ParkedRecord
+from siding.dispatch.keyorder import OrderKey, WaitingRecord
 from siding.dispatch.parking import ParkSettings, ParkTimer
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
@@ -34,9 +34,9 @@ __all__ = [
     "ParkSettings",
     "ParkTimer",
     "ParkedCall",
-    "ParkedRecord",
     "Settled",
     "TokenBucket",
+    "WaitingRecord",
     "Work",
     "dispatch",
     "flood_exceeded",

@@ -19,7 +19,7 @@ from typing import Literal
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.errors import DispatchInterrupted
-from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, ParkedRecord, Released, follow
+from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
@@ -54,7 +54,7 @@ async def dispatch(
     work: Sequence[Work],
     settings: DispatchSettings,
     *,
-    parked: Mapping[OrderKey, Sequence[ParkedRecord]] | None = None,
+    waiting: Mapping[OrderKey, Sequence[WaitingRecord]] | None = None,
     breaker: CircuitBreaker | None = None,
     stop: asyncio.Event | None = None,
     clock: Callable[[], float] = time.time,
@@ -65,8 +65,9 @@ async def dispatch(
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
     ``breaker`` should be the one kept for this transport across batches (a fresh one is made
-    when omitted). ``parked`` holds, per key, the records already in retry lanes (``key``
-    ordering). ``clock`` is epoch seconds (for not-before times), ``rand`` feeds backoff jitter.
+    when omitted). ``waiting`` holds, per key, the records already out of the line, in retry
+    lanes or held (``key`` ordering). ``clock`` is epoch seconds (for not-before times),
+    ``rand`` feeds backoff jitter.
     With ``settings.park`` enabled, calls still running once nothing else is left are handed
     over in ``DispatchReport.parked`` instead of awaited; ``park_timer`` (kept per endpoint)
     learns answer latencies and says when. Once ``drain`` is set (a draining stop), nothing more
@@ -82,7 +83,7 @@ async def dispatch(
         transport,
         work=work,
         settings=settings,
-        parked=parked or {},
+        waiting=waiting or {},
         breaker=breaker,
         stop=stop,
         clock=clock,
@@ -100,7 +101,7 @@ class _Window:
         *,
         work: Sequence[Work],
         settings: DispatchSettings,
-        parked: Mapping[OrderKey, Sequence[ParkedRecord]],
+        waiting: Mapping[OrderKey, Sequence[WaitingRecord]],
         breaker: CircuitBreaker,
         stop: asyncio.Event | None,
         clock: Callable[[], float],
@@ -116,7 +117,7 @@ class _Window:
         self._stop = stop
         self._clock = clock
         self._rand = rand
-        self._lines = KeyLines([w.delivery for w in work], settings.ordering, parked)
+        self._lines = KeyLines([w.delivery for w in work], settings.ordering, waiting)
         self._steps: list[FinalStep | None] = [None] * len(work)
         self._unsettled = len(work)
         # (due epoch ms, sequence, index): items waiting for their time without holding a slot.

@@ -39,7 +39,7 @@ from siding.pipeline.driver.backfill_range import (
 )
 from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.controls import RouteControls
-from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.offline import moves
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
@@ -247,7 +247,7 @@ def run_backfill(
             route=delivering,
             lane=0,
             client_conf=client_conf,
-            parking=KeyParking(naming.state_topic(route.name, "keys")),
+            waits=KeyWaits(naming.state_topic(route.name, "keys")),
             state_producer=producer,
             stop=stop or threading.Event(),
             sink=BatchSink(collect),

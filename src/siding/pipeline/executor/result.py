@@ -1,21 +1,21 @@
-"""What one Spark task reports to the driver: small counts, stats and key-mode events."""
+"""What one Spark task reports to the driver: small counts, stats and key mode's wait events."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from siding.dispatch import DispatchStats
-from siding.dispatch.keyorder import ParkEvent
+from siding.dispatch.keyorder import WaitEvent
 from siding.steps import StepCounts
 
 
 @dataclass(frozen=True)
 class TaskResult:
-    """What the driver learns from one task (small: counts, stats, key-parking events)."""
+    """What the driver learns from one task (small: counts, stats, key mode's wait events)."""
 
     counts: StepCounts = field(default_factory=StepCounts)
     stats: DispatchStats | None = None
-    park_events: tuple[ParkEvent, ...] = ()
+    wait_events: tuple[WaitEvent, ...] = ()
     dead_reasons: dict[str, int] = field(default_factory=dict)
     pid: int = 0
     host: str = ""

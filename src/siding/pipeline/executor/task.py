@@ -24,7 +24,7 @@ from siding.dispatch import (
     dispatch,
     flood_exceeded,
 )
-from siding.dispatch.keyorder import HELD, ParkEvent, order_key
+from siding.dispatch.keyorder import HELD, WaitEvent, order_key
 from siding.errors import DlqFloodError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
 from siding.pipeline.executor.parked import Adoption
@@ -162,10 +162,10 @@ def slice_work(plan: TaskPlan, items: Sequence[Incoming], skip: set[str]) -> lis
     ]
 
 
-def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, ...]:
-    """Key mode: a record that went to a lane is parked there, one that waits behind an earlier
+def wait_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[WaitEvent, ...]:
+    """Key mode: a record that went to a lane waits there, one that waits behind an earlier
     record of its key is held; one that finished is released."""
-    events: list[ParkEvent] = []
+    events: list[WaitEvent] = []
     for item in settled:
         key = order_key(item.work.delivery, plan.route.ordering)
         if key is None:
@@ -173,11 +173,11 @@ def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, 
         offset = item.work.delivery.offset
         match item.step:
             case ToLane(lane=lane, not_before_ms=not_before_ms):
-                events.append(ParkEvent(key, offset, lane, not_before_ms))
+                events.append(WaitEvent(key, offset, lane, not_before_ms))
             case Held():
-                events.append(ParkEvent(key, offset, HELD))
-            case Done() | ToDlq() if plan.lane > 0 or key in plan.parked:
-                events.append(ParkEvent(key, offset, None))
+                events.append(WaitEvent(key, offset, HELD))
+            case Done() | ToDlq() if plan.lane > 0 or key in plan.waiting:
+                events.append(WaitEvent(key, offset, None))
             case _:
                 pass  # key mode never parks calls; a resent record's key stays blocked
     return tuple(events)
@@ -257,7 +257,7 @@ def run_slice(
         settled,
         running_parked=running_parked(report),
         stats=report.stats,
-        park_events=park_events(plan, settled),
+        wait_events=wait_events(plan, settled),
         dead_reasons=dead_reasons(dead),
         skipped=progress.skipped,
     )
@@ -336,7 +336,7 @@ def deliver(
             transport,
             work,
             settings,
-            parked=plan.parked,
+            waiting=plan.waiting,
             breaker=breaker,
             park_timer=timer,
         )
