@@ -230,13 +230,13 @@ def run_slice(
     report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
-    dead = [s for s in settled if isinstance(s.step, ToDlq)]
+    dead = dead_letters(settled)
     route = plan.route
     if flood_exceeded(len(dead), len(settled), route.dlq_flood_ratio, route.dlq_flood_min_batch):
         raise DlqFloodError(
             f"route {route.name}: {len(dead)} of {len(settled)} records turned DEAD in one task"
             f" (more than dlq_flood_ratio={route.dlq_flood_ratio:g}); refusing to dead-letter them."
-            f" First reason: {dead[0].step.reason if isinstance(dead[0].step, ToDlq) else ''}"
+            f" First reason: {dead[0].reason}"
         )
     resent = [Settled(Work(i.delivery), Resent(i.not_before_ms)) for i in later]
     out = route_out(plan, [*settled, *resent], hops, int(time.time() * 1000))
@@ -258,7 +258,7 @@ def run_slice(
         running_parked=running_parked(report),
         stats=report.stats,
         wait_events=wait_events(plan, settled),
-        dead_reasons=dead_reasons(dead),
+        dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
     )
 
@@ -271,15 +271,14 @@ def running_parked(report: DispatchReport) -> tuple[tuple[str, int], ...]:
     return tuple((call.token, not_before[call.token]) for call in report.parked)
 
 
-def dead_reasons(settled: Sequence[Settled]) -> dict[str, int]:
+def dead_letters(settled: Iterable[Settled]) -> list[ToDlq]:
+    """The steps of the items that go to the DLQ."""
+    return [step for s in settled if isinstance(step := s.step, ToDlq)]
+
+
+def dead_reasons(settled: Iterable[Settled]) -> dict[str, int]:
     """Dead letters counted by ``reason_class``."""
-    return dict(
-        Counter(
-            reason_class(s.step.reason, s.step.dead_class)
-            for s in settled
-            if isinstance(s.step, ToDlq)
-        )
-    )
+    return dict(Counter(reason_class(d.reason, d.dead_class) for d in dead_letters(settled)))
 
 
 def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
