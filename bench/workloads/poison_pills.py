@@ -52,7 +52,7 @@ def _run(ctx: BenchContext, count: int, b: Behaviour) -> dict[str, Any]:
     with ctx.sim(b, record) as sim, ctx.pipeline(topic, sim.target, **ROUTE) as pipeline:
         pipeline.wait_committed({0: count}, timeout_s=count / 20 + 120)
         letters = _wait_for_dlq(pipeline, len(poison))
-        acked_by_pipeline = pipeline.totals.acked
+        acked_by_pipeline = pipeline.totals.counts.acked
     received = read_records(record)
     firsts = [r for r in received if r.attempt == 1]
     dlq = {x.story.origin.delivery_id for x in letters if x.story is not None}

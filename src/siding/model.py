@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 # The contract's value types are the consumer SDK's (siding_consumer.model), so a Delivery is
@@ -11,6 +12,8 @@ from siding_consumer.model import Delivery, Headers, Output, Verdict
 
 __all__ = [
     "ACK",
+    "DeadClass",
+    "DeadKind",
     "Delivery",
     "Headers",
     "Lane",
@@ -62,12 +65,52 @@ class OutcomeKind(enum.Enum):
     GONE = "gone"
 
 
+class DeadKind(enum.Enum):
+    """Why a record was dead-lettered: its value is the metric label (docs/operations.md)."""
+
+    CONSUMER = "consumer said dead"  # the consumer's own answer, whatever its text
+    STATUS = "status"  # a transport status said so; the label is the status itself
+    TOO_LARGE = "too large"
+    RETRIES_EXHAUSTED = "retries exhausted"
+    CONSUMER_DIED = "consumer died"  # a crash pill (docs/dispatch.md, "Suspects")
+    MALFORMED = "malformed"
+
+
+_STATUS_LABEL = re.compile(r"(http \d{3}|grpc [A-Z_]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadClass:
+    """A dead letter's stable class, set where its reason is made and written with the letter
+    (``siding.dead-class``, docs/headers.md): a bounded label, whatever the reason's text."""
+
+    kind: DeadKind
+    status: str = ""  # DeadKind.STATUS only: "http 422", "grpc INVALID_ARGUMENT"
+
+    @classmethod
+    def of_status(cls, status: str) -> DeadClass:
+        return cls(DeadKind.STATUS, status)
+
+    @property
+    def label(self) -> str:
+        return self.status if self.kind is DeadKind.STATUS else self.kind.value
+
+    @classmethod
+    def from_label(cls, label: str) -> DeadClass | None:
+        """The class a ``label`` names; ``None`` for an empty or unknown one."""
+        if _STATUS_LABEL.fullmatch(label):
+            return cls.of_status(label)
+        kind = next((k for k in DeadKind if k.value == label and k is not DeadKind.STATUS), None)
+        return cls(kind) if kind is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """``no_answer``: the endpoint said nothing within the deadline (a timeout). ``lost``: the
     connection broke after the delivery went out (a BACKOFF): the consumer may have died on this
     very message, so the dispatcher treats it as a suspect (docs/dispatch.md, "Suspects").
-    ``outputs``: the records an ACK asks siding to produce before the input is done."""
+    ``outputs``: the records an ACK asks siding to produce before the input is done.
+    ``dead_class``: a DEAD outcome's stable class, set by the transport that read the answer."""
 
     kind: OutcomeKind
     reason: str = ""
@@ -75,6 +118,7 @@ class Outcome:
     no_answer: bool = False
     lost: bool = False
     outputs: tuple[Output, ...] = ()
+    dead_class: DeadClass | None = None
 
     @property
     def is_failure_signal(self) -> bool:

@@ -1,4 +1,5 @@
-"""Pure: what happens to a record after an outcome — done, next lane, DLQ, back off, or stop.
+"""Pure: what happens to a record after an outcome — done, next lane, DLQ, back off, or stop
+(the step types are ``siding.steps``).
 
 Attempts are counted across lanes: attempt 1 is the main lane (lane 0), then retry lane k takes
 ``lanes[k-1].attempts`` attempts, so a record gets at most ``1 + sum(lane.attempts)`` attempts.
@@ -10,54 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from siding.model import Lane, Outcome, OutcomeKind, Output
+from siding.model import DeadClass, DeadKind, Lane, Outcome, OutcomeKind
+from siding.steps import Backoff, Decision, Done, Stop, ToDlq, ToLane
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """ACK: the record is finished once ``outputs`` (if any) are written (docs/outputs.md)."""
-
-    outputs: tuple[Output, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ToLane:
-    """Send the record to retry lane ``lane`` for ``attempt``, due at ``not_before_ms``."""
-
-    lane: int
-    attempt: int
-    not_before_ms: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToDlq:
-    """Write the record to the dead-letter queue."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Deliver the same attempt again after ``delay_s``; the endpoint, not the record, failed."""
-
-    delay_s: float
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """The endpoint is gone for good: stop the route and alert."""
-
-    reason: str
-
-
-Step = Done | ToLane | ToDlq | Backoff | Stop
 
 
 def max_attempts(lanes: Sequence[Lane]) -> int:
@@ -124,7 +83,7 @@ def next_step(
     max_retry_after_s: float,
     consecutive_backoffs: int = 1,
     rand: float | None = None,
-) -> Step:
+) -> Decision:
     """What to do with a record whose attempt ``attempt`` ended in ``outcome``.
 
     ``consecutive_backoffs`` and ``rand`` only matter for BACKOFF without a Retry-After. An
@@ -136,7 +95,9 @@ def next_step(
     if kind is OutcomeKind.ACK:
         return Done(outcome.outputs)
     if kind is OutcomeKind.DEAD:
-        return ToDlq(outcome.reason or "consumer answered DEAD")
+        # The class the transport read the answer with; none from a settlement written before
+        # classes were kept (``siding.steps.reason_class`` then reads the reason's text).
+        return ToDlq(outcome.reason or "consumer answered DEAD", outcome.dead_class)
     if kind is OutcomeKind.GONE:
         return Stop(outcome.reason or "endpoint gone")
     if kind is OutcomeKind.BACKOFF:
@@ -148,7 +109,8 @@ def next_step(
     following = attempt + 1
     if following > max_attempts(lanes):
         plural = "s" if attempt != 1 else ""
-        return ToDlq(f"retries exhausted after {attempt} attempt{plural}: {reason}")
+        exhausted = DeadClass(DeadKind.RETRIES_EXHAUSTED)
+        return ToDlq(f"retries exhausted after {attempt} attempt{plural}: {reason}", exhausted)
     lane = lane_for_attempt(following, lanes)
     wait_s = max(
         lanes[lane - 1].delay_s, capped_retry_after(outcome.retry_after_s, max_retry_after_s)

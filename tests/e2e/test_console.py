@@ -131,7 +131,11 @@ def test_the_page_shows_a_running_route_and_pauses_and_resumes_it(
         # Then, once Kafka has been read after the last commit, the page shows what /status says
         def settled() -> bool:
             facts: dict[str, Any] = _route(_status(plane), name).get("kafka") or {}
-            return bool(facts) and facts["lag"] == 0 and facts["dlq"]["size"] == run.totals.to_dlq
+            return (
+                bool(facts)
+                and facts["lag"] == 0
+                and facts["dlq"]["size"] == run.totals.counts.to_dlq
+            )
 
         wait_until(settled, timeout_s=60, what="the console's Kafka view caught up")
         status = _route(_status(plane), name)
@@ -213,7 +217,7 @@ def test_calls_open_now_are_shown_while_they_run_and_parked(
         wait_until(lambda: open_now() == 9, timeout_s=8, what="9 calls shown open")
         run.wait_committed(watermarks_of(run.client_conf, topic))
         assert open_now() == 9, "parked calls still running are still in flight"
-        assert metrics.snapshot().lanes[(name, 0)].parked == 9
+        assert metrics.snapshot().lanes[(name, 0)].counts.parked == 9
         assert f'siding_in_flight{{lane="main",route="{name}"}} 9.0' in _metrics_text(plane)
         with Page.open(plane.url + "/", tmp_path / "profile") as page:
             page.wait_for("document.body.innerText.includes('in flight now 9')")

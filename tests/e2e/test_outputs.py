@@ -304,7 +304,7 @@ def test_outputs_are_produced_before_their_input_counts_as_done_even_through_a_s
             what="the refused answers dead-lettered",
             check=run.check,
         )
-        counted = run.totals.outputs
+        counted = run.totals.counts.outputs
 
     # Then every allowed input has both its outputs, every copy exactly as the consumer sent it
     produced = written()

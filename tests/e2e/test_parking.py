@@ -85,7 +85,7 @@ def test_slow_calls_are_parked_and_settled_by_their_own_answers(
             what="the RETRY answers delivered again from lane 1",
             check=run.check,
         )
-        parked = run.totals.parked
+        parked = run.totals.counts.parked
         letters = run.dead_letters()
         parked_topic = run.read_lane_topic(naming.park_topic(run.route.name))
     received = read_records(received_file)
@@ -129,7 +129,7 @@ def test_parked_records_are_finished_after_parking_is_turned_off(
         kafka.bootstrap, route, checkpoint_dir=checkpoints, spark=spark
     ) as run:
         run.wait_committed({0: count}, timeout_s=120)
-        parked = run.totals.parked
+        parked = run.totals.counts.parked
     assert parked > 0
     # When the route runs again with parking turned off
     route["park"] = {"enabled": False}

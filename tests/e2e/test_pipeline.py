@@ -248,7 +248,7 @@ def test_key_mode_keeps_each_keys_order_even_through_retries(
         wait_until(
             lambda: (
                 len({r.delivery_id for r in read_records(received_file)}) == count
-                and run.totals.acked >= count
+                and run.totals.counts.acked >= count
             ),
             timeout_s=90,
             what="every message acknowledged",

@@ -12,9 +12,9 @@ from siding.devkit.wait import wait_until
 from siding.dlq.read import DlqScope, open_scope
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, existing_topics
 from siding.model import Delivery, Headers, LaneHop, delivery_id
-from siding.policy import ToDlq
 from siding.routing.producer import DurableProducer
 from siding.routing.records import dlq_record
+from siding.steps import ToDlq
 
 HOUR_MS = 3_600_000
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -16,7 +16,7 @@ from siding.consumer.batch import (
     deliveries_from_batch,
     is_batch,
 )
-from siding.model import Delivery, Outcome, OutcomeKind, Result, Verdict
+from siding.model import DeadClass, DeadKind, Delivery, Outcome, OutcomeKind, Result, Verdict
 from siding.transport.batch_envelope import (
     NO_RESULT,
     SPLIT,
@@ -31,6 +31,8 @@ from siding.transport.batch_envelope import (
 from siding.transport.signing import sign, verify
 
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
+
+CONSUMER = DeadClass(DeadKind.CONSUMER)
 
 
 def delivery(n: int, **fields: Any) -> Delivery:
@@ -125,9 +127,10 @@ def test_a_consumers_answer_gives_each_delivery_its_own_verdict(batch: list[Deli
     ]
     outcomes = batch_outcomes(batch, 200, {}, batch_answer(reversed(results)))
     expected = [
-        {Verdict.ACK: Outcome(OutcomeKind.ACK)}.get(
-            r.verdict, Outcome(OutcomeKind[r.verdict.name], r.reason, r.retry_after_s)
-        )
+        {
+            Verdict.ACK: Outcome(OutcomeKind.ACK),
+            Verdict.RETRY: Outcome(OutcomeKind.RETRY, r.reason, r.retry_after_s),
+        }.get(r.verdict, Outcome(OutcomeKind.DEAD, r.reason, dead_class=CONSUMER))
         for r in results
     ]
     assert outcomes == expected
@@ -172,7 +175,7 @@ ANSWERS: list[tuple[int, dict[str, str], bytes, list[Outcome]]] = [
         [
             ACK,
             Outcome(OutcomeKind.RETRY, "rate limited", 30.0),
-            Outcome(OutcomeKind.DEAD, "unknown currency XBT"),
+            Outcome(OutcomeKind.DEAD, "unknown currency XBT", dead_class=CONSUMER),
         ],
     ),
     (  # missing, unknown verdict, duplicate (first wins), stranger, malformed items
@@ -200,7 +203,7 @@ ANSWERS: list[tuple[int, dict[str, str], bytes, list[Outcome]]] = [
         [
             Outcome(OutcomeKind.RETRY, "consumer answered RETRY"),
             Outcome(OutcomeKind.RETRY, "consumer answered RETRY"),
-            Outcome(OutcomeKind.DEAD, "consumer answered DEAD"),
+            Outcome(OutcomeKind.DEAD, "consumer answered DEAD", dead_class=CONSUMER),
         ],
     ),
     (200, {}, answer(), [MISSING] * 3),
@@ -237,10 +240,14 @@ def test_every_kind_of_answer(
 def test_a_batch_of_one_refused_is_dead_with_its_reason() -> None:
     [alone] = batch_outcomes([delivery(1, value=b"x" * 10)], 413, {}, b"", excerpt="too big")
     assert alone == Outcome(
-        OutcomeKind.DEAD, "http 413: message too large for the endpoint (10 bytes): too big"
+        OutcomeKind.DEAD,
+        "http 413: message too large for the endpoint (10 bytes): too big",
+        dead_class=DeadClass(DeadKind.TOO_LARGE),
     )
     [alone] = batch_outcomes([delivery(1)], 422, {}, b"", excerpt="bad currency")
-    assert alone == Outcome(OutcomeKind.DEAD, "http 422: bad currency")
+    assert alone == Outcome(
+        OutcomeKind.DEAD, "http 422: bad currency", dead_class=DeadClass.of_status("http 422")
+    )
     assert batch_outcomes([delivery(1)], 415, {}, b"") == [UNBATCHED]
 
 

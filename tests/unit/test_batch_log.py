@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import sys
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,15 +15,16 @@ from siding.cli.run import run
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats
 from siding.pipeline.driver.batchlog import breaker_changes, log_batch, summarise
 from siding.pipeline.executor.result import TaskResult
+from siding.steps import StepCounts
 
 CLOSED, OPEN, HALF = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 TRIP = BreakerTransition(10.0, CLOSED, OPEN)
 PROBE = BreakerTransition(15.0, OPEN, HALF)
 
 
-def _task(pid: int, *transitions: BreakerTransition, **counts: Any) -> TaskResult:
+def _task(pid: int, *transitions: BreakerTransition, **counts: int) -> TaskResult:
     stats = DispatchStats(breaker_transitions=transitions)
-    return TaskResult(stats=stats, pid=pid, host="h", **counts)
+    return TaskResult(StepCounts(**counts), stats=stats, pid=pid, host="h")
 
 
 RESULTS = [
@@ -37,8 +37,13 @@ RESULTS = [
 
 def test_a_batch_is_summed_over_its_tasks() -> None:
     summary = summarise("billing", 1, RESULTS, 1.23456)
-    assert (summary.records, summary.acked, summary.to_lane, summary.to_dlq) == (100, 88, 6, 4)
-    assert (summary.parked, summary.held, summary.lane) == (1, 1, "retry-1")
+    assert (
+        summary.counts.records,
+        summary.counts.acked,
+        summary.counts.to_lane,
+        summary.counts.to_dlq,
+    ) == (100, 88, 6, 4)
+    assert (summary.counts.parked, summary.counts.held, summary.lane) == (1, 1, "retry-1")
     assert summary.message() == (
         "route billing retry-1: 100 records in 1.235s"
         " (acked 88, to lanes 6, dead 4, parked 1, held 1)"

@@ -25,7 +25,7 @@ from siding.errors import SidingError
 from siding.model import OutcomeKind
 from siding.pipeline.driver.metrics import MetricsSink
 from siding.pipeline.executor.result import TaskResult
-from siding.pipeline.executor.task import reason_class
+from siding.steps import StepCounts, reason_class
 from tests.browser import Page
 
 Queries = list[QueryHealth]
@@ -51,7 +51,11 @@ def _batch(*, open_breaker: bool = False) -> list[TaskResult]:
         breaker_transitions=transitions,
     )
     return [
-        TaskResult(records=100, acked=90, to_lane=7, to_dlq=3, stats=stats, dead_reasons={"sim": 3})
+        TaskResult(
+            counts=StepCounts(records=100, acked=90, to_lane=7, to_dlq=3),
+            stats=stats,
+            dead_reasons={"sim": 3},
+        )
     ]
 
 
@@ -210,8 +214,12 @@ def test_parked_calls_and_the_park_lane_are_shown(
     server: ControlServer, metrics: MetricsSink
 ) -> None:
     # Given a main-lane batch that parked 4 of its 10 calls, and a park-lane batch
-    metrics.on_result("billing", 0, [TaskResult(records=10, acked=6, parked=4)], 0.1)
-    metrics.on_result("billing", naming.PARK_LANE, [TaskResult(records=4, acked=4)], 0.2)
+    metrics.on_result(
+        "billing", 0, [TaskResult(counts=StepCounts(records=10, acked=6, parked=4))], 0.1
+    )
+    metrics.on_result(
+        "billing", naming.PARK_LANE, [TaskResult(counts=StepCounts(records=4, acked=4))], 0.2
+    )
     # Then /status and /metrics count them, the park lane under its own label
     _, _, body = get(server, "/status")
     lanes = {lane["label"]: lane for lane in json.loads(body)["routes"][0]["lanes"]}
@@ -234,8 +242,12 @@ def test_suspects_convictions_and_holdouts_are_shown(
     # where a message was turned away for a whole deadline and moved on
     died = DispatchStats(suspected=12, isolations=15, convicted=1)
     held = DispatchStats(holdouts=(("billing/0/7", "grpc RESOURCE_EXHAUSTED: slow down"),))
-    metrics.on_result("billing", 0, [TaskResult(records=10, to_dlq=1, stats=died)], 0.1)
-    metrics.on_result("billing", 0, [TaskResult(records=1, to_lane=1, stats=held)], 0.1)
+    metrics.on_result(
+        "billing", 0, [TaskResult(counts=StepCounts(records=10, to_dlq=1), stats=died)], 0.1
+    )
+    metrics.on_result(
+        "billing", 0, [TaskResult(counts=StepCounts(records=1, to_lane=1), stats=held)], 0.1
+    )
     # Then /status and /metrics show them
     _, doc = get_json(server, "/status")
     route = next(r for r in doc["routes"] if r["name"] == "billing")
@@ -280,7 +292,9 @@ def test_dead_letter_reasons_are_labels_of_a_bounded_set(reason: str, label: str
 
 def test_held_records_of_key_mode_are_counted(server: ControlServer, metrics: MetricsSink) -> None:
     # Given a key-mode main-lane batch that held 3 records behind a retried one
-    metrics.on_result("billing", 0, [TaskResult(records=10, acked=6, to_lane=1, held=3)], 0.1)
+    metrics.on_result(
+        "billing", 0, [TaskResult(counts=StepCounts(records=10, acked=6, to_lane=1, held=3))], 0.1
+    )
     # Then /status and /metrics count them apart from the records sent to a lane
     _, _, body = get(server, "/status")
     lanes = {lane["label"]: lane for lane in json.loads(body)["routes"][0]["lanes"]}
@@ -298,8 +312,12 @@ def test_outputs_are_counted_in_status_and_metrics(
     server: ControlServer, metrics: MetricsSink
 ) -> None:
     # Given a main-lane batch and a park-lane batch that produced outputs (docs/outputs.md)
-    metrics.on_result("billing", 0, [TaskResult(records=4, acked=4, outputs=8)], 0.1)
-    metrics.on_result("billing", -1, [TaskResult(records=1, acked=1, outputs=2)], 0.1)
+    metrics.on_result(
+        "billing", 0, [TaskResult(counts=StepCounts(records=4, acked=4, outputs=8))], 0.1
+    )
+    metrics.on_result(
+        "billing", -1, [TaskResult(counts=StepCounts(records=1, acked=1, outputs=2))], 0.1
+    )
     # Then /status counts them per lane and per route, and /metrics as siding_outputs_total
     _, _, body = get(server, "/status")
     route = json.loads(body)["routes"][0]

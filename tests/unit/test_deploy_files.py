@@ -19,6 +19,7 @@ from siding.control.prometheus import metrics_registry, render
 from siding.dispatch import DispatchStats
 from siding.pipeline.driver.metrics import MetricsSink
 from siding.pipeline.executor.result import TaskResult
+from siding.steps import StepCounts
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "siding-rules.yml"
@@ -31,7 +32,12 @@ def exported() -> dict[str, set[str]]:
     """Every sample name siding's /metrics can show, with its label names."""
     sink = MetricsSink()
     stats = DispatchStats(suspected=1, isolations=1, convicted=1)
-    sink.on_result("r", 0, [TaskResult(records=2, to_dlq=1, stats=stats, dead_reasons={"x": 1})], 1)
+    sink.on_result(
+        "r",
+        0,
+        [TaskResult(counts=StepCounts(records=2, to_dlq=1), stats=stats, dead_reasons={"x": 1})],
+        1,
+    )
     facts = RouteKafka(
         partitions=(partition_lag("t", 0, 0, 10, 4),),
         lanes=(lane_backlog("retry-1", "l", [], [5_000]),),

@@ -7,10 +7,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from siding.dispatch import AdaptiveSettings, DispatchSettings, Parked, ParkSettings, Work, dispatch
+from siding.dispatch import AdaptiveSettings, DispatchSettings, ParkSettings, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, delivery_id
 from siding.pipeline.executor.task import running_parked, watch_file
-from siding.policy import Done
+from siding.steps import Done, Parked
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)

@@ -18,7 +18,7 @@ from siding.dispatch import (
     dispatch,
 )
 from siding.model import Delivery, Lane, Outcome, OutcomeKind, delivery_id
-from siding.policy import Done, ToLane
+from siding.steps import Done, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)

@@ -1,4 +1,4 @@
-"""Key ordering through the whole window: per-key order, followers, parked records."""
+"""Key ordering through the whole window: per-key order, followers, waiting records."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from siding.dispatch import DispatchSettings, Held, ParkedRecord, Work, dispatch
+from siding.dispatch import DispatchSettings, WaitingRecord, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, delivery_id
-from siding.policy import Done, ToDlq, ToLane
+from siding.steps import Done, Held, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=1.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))
@@ -88,15 +88,15 @@ async def test_backoff_holds_the_key_until_the_record_is_through() -> None:
     assert offsets_sent(transport, b"k") == [1, 1, 1, 2]
 
 
-async def test_parked_records_from_earlier_batches_are_not_overtaken() -> None:
-    # Given key k has offset 5 parked in lane 2 until some time from now
+async def test_waiting_records_from_earlier_batches_are_not_overtaken() -> None:
+    # Given key k has offset 5 waiting in lane 2 until some time from now
     later_ms = int(time.time() * 1000) + 60_000
-    parked = {(0, b"k"): [ParkedRecord(offset=5, lane=2, not_before_ms=later_ms)]}
+    waiting = {(0, b"k"): [WaitingRecord(offset=5, lane=2, not_before_ms=later_ms)]}
     work = [Work(rec(o, b"k")) for o in (3, 7, 8)] + [Work(rec(9, b"j"))]
     transport = ScriptedTransport()
     # When the main lane dispatches 3, 7, 8 of k
-    report = await dispatch(transport, work, KEYED, parked=parked)
-    # Then 3 (older than the parked one) is delivered; 7 and 8 are held behind the parked record
+    report = await dispatch(transport, work, KEYED, waiting=waiting)
+    # Then 3 (older than the waiting one) is delivered; 7 and 8 are held behind the waiting record
     assert offsets_sent(transport, b"k") == [3]
     assert isinstance(report.settled[0].step, Done)
     for settled in report.settled[1:3]:
@@ -104,16 +104,16 @@ async def test_parked_records_from_earlier_batches_are_not_overtaken() -> None:
     assert isinstance(report.settled[3].step, Done)
 
 
-async def test_the_parked_record_itself_is_delivered_by_its_lane() -> None:
-    # Given the lane-1 slice holds parked records 5 and 6 of key k, both parked in lane 1
+async def test_the_waiting_record_itself_is_delivered_by_its_lane() -> None:
+    # Given the lane-1 slice holds waiting records 5 and 6 of key k, both waiting in lane 1
     now_ms = int(time.time() * 1000)
-    parked = {(0, b"k"): [ParkedRecord(5, 1, now_ms), ParkedRecord(6, 1, now_ms)]}
+    waiting = {(0, b"k"): [WaitingRecord(5, 1, now_ms), WaitingRecord(6, 1, now_ms)]}
     work = [Work(rec(6, b"k", attempt=2, lane=1)), Work(rec(5, b"k", attempt=2, lane=1))]
     settings = DispatchSettings(
         max_in_flight=10, deadline_s=1.0, lanes=LANES, lane=1, ordering=Ordering.KEY
     )
     transport = ScriptedTransport()
-    report = await dispatch(transport, work, settings, parked=parked)
+    report = await dispatch(transport, work, settings, waiting=waiting)
     # Then both are sent, 5 before 6
     assert offsets_sent(transport, b"k") == [5, 6]
     assert all(isinstance(s.step, Done) for s in report.settled)

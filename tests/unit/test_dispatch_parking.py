@@ -6,10 +6,10 @@ import asyncio
 import time
 from dataclasses import replace
 
-from siding.dispatch import DispatchSettings, Parked, ParkSettings, ParkTimer, Work, dispatch
+from siding.dispatch import DispatchSettings, ParkSettings, ParkTimer, Work, dispatch
 from siding.dispatch.parking import SETTLE_SLACK_MS, clamp, p75, parked_not_before_ms
 from siding.model import Delivery, Lane, Ordering, OutcomeKind, delivery_id
-from siding.policy import Done
+from siding.steps import Done, Parked
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)

@@ -19,7 +19,7 @@ from siding.dispatch import (
 )
 from siding.errors import EndpointGoneError
 from siding.model import Delivery, Lane, Outcome, OutcomeKind, delivery_id
-from siding.policy import Done, ToDlq, ToLane
+from siding.steps import Done, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0), Lane(delay_s=60.0, deadline_s=5.0))

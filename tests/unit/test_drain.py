@@ -26,6 +26,7 @@ from siding.pipeline.driver.drain import (
     summary,
 )
 from siding.pipeline.executor.result import TaskResult
+from siding.steps import StepCounts
 
 QUERY = "siding.billing.main"
 
@@ -43,9 +44,9 @@ def results(
 ) -> list[TaskResult]:
     return [
         TaskResult(
-            records=acked + len(parked) + unsent,
-            acked=acked,
-            parked=len(parked) + unsent,
+            counts=StepCounts(
+                records=acked + len(parked) + unsent, acked=acked, parked=len(parked) + unsent
+            ),
             running_parked=parked,
         )
     ]

@@ -13,24 +13,24 @@ from hypothesis import strategies as st
 
 from siding import naming
 from siding.config import parse_config
-from siding.dispatch import Held, Settled, Work
-from siding.dispatch.keyorder import HELD, Blocker, KeyLines, ParkEvent, Released, follow
+from siding.dispatch import Settled, Work
+from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, WaitEvent, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
-from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.source import starting_offsets_of
 from siding.pipeline.executor.plan import TaskPlan, build_plan
 from siding.pipeline.executor.rows import incoming
 from siding.pipeline.executor.task import (
-    park_events,
     retry_topic,
     route_out,
     slice_work,
+    wait_events,
     waiting_in_hold,
 )
-from siding.policy import Done, ToLane
 from siding.routing import story
 from siding.routing.producer import OutRecord
 from siding.routing.records import requeue_record
+from siding.steps import Done, Held, ToLane
 
 CONFIG = """
 [kafka]
@@ -53,8 +53,8 @@ def rec(offset: int, key: bytes | None = b"k", attempt: int = 1, lane: int = 0) 
     )
 
 
-def plan(lane: int, parking: KeyParking | None = None) -> TaskPlan:
-    return build_plan(ROUTE, lane, {}, tasks=1, parked=parking.snapshot() if parking else {})
+def plan(lane: int, waits: KeyWaits | None = None) -> TaskPlan:
+    return build_plan(ROUTE, lane, {}, tasks=1, waiting=waits.snapshot() if waits else {})
 
 
 def as_row(record: OutRecord) -> tuple[Any, ...]:
@@ -117,16 +117,16 @@ def test_only_keyed_records_of_a_key_mode_route_are_retried_through_the_hold_top
     assert retry_topic(unordered, keyed)(1) == naming.lane_topic("r", 1)
 
 
-def test_held_records_are_parked_as_held_and_released_when_done() -> None:
-    parking = KeyParking("state")
-    parking.apply([ParkEvent((0, b"k"), 3, 1, 0)])
+def test_held_records_are_waiting_as_held_and_released_when_done() -> None:
+    waits = KeyWaits("state")
+    waits.apply([WaitEvent((0, b"k"), 3, 1, 0)])
     settled = [
         Settled(Work(rec(5)), Held("following t/0/3")),
         Settled(Work(rec(1)), Done()),
     ]
-    assert park_events(plan(0, parking), settled) == (
-        ParkEvent((0, b"k"), 5, HELD),
-        ParkEvent((0, b"k"), 1, None),
+    assert wait_events(plan(0, waits), settled) == (
+        WaitEvent((0, b"k"), 5, HELD),
+        WaitEvent((0, b"k"), 1, None),
     )
 
 
@@ -146,7 +146,7 @@ class World:
     main-lane batch, and what the consumer ACKed first."""
 
     fails: set[int]
-    parking: KeyParking = field(default_factory=lambda: KeyParking("state"))
+    waits: KeyWaits = field(default_factory=lambda: KeyWaits("state"))
     held: list[OutRecord] = field(default_factory=list)
     acked: list[Delivery] = field(default_factory=list)
     sends: int = 0
@@ -158,7 +158,7 @@ class World:
         self.clock += 1
         rows = [as_row(r) for r in self.held] + [source_row(o, b"k%d" % (o % 2)) for o in source]
         self.held = []
-        task = plan(0, self.parking)
+        task = plan(0, self.waits)
         items = incoming(rows, 0, HOLD)
         later = waiting_in_hold(task, items, self.clock)
         work = slice_work(task, items, {i.delivery.id for i in later})
@@ -174,13 +174,13 @@ class World:
         ]
         settled = self.dispatch(task, [w.delivery for w in work], data)
         self.held += [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
-        self.parking.apply(park_events(task, settled))
+        self.waits.apply(wait_events(task, settled))
         return settled
 
     def dispatch(
         self, task: TaskPlan, deliveries: Sequence[Delivery], data: st.DataObject
     ) -> list[Settled]:
-        lines = KeyLines(deliveries, Ordering.KEY, task.parked)
+        lines = KeyLines(deliveries, Ordering.KEY, task.waiting)
         steps: dict[int, Any] = {}
         out: list[int] = []
 
@@ -226,7 +226,7 @@ def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
     for _ in range(5 * (len(world.fails) + 1)):
         world.main([], data)
     # Then nothing waits any more: the key is back in the main lane
-    assert (world.held, world.parking.snapshot()) == ([], {})
+    assert (world.held, world.waits.snapshot()) == ([], {})
     # Every record was ACKed exactly once, per key in offset order
     assert sorted(d.offset for d in world.acked) == list(range(count))
     for key in (b"k0", b"k1"):

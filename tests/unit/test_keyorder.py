@@ -1,4 +1,4 @@
-"""Key ordering rules: per-key lines, followers of a retried record, parked records."""
+"""Key ordering rules: per-key lines, followers of a retried record, waiting records."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ from hypothesis import strategies as st
 from siding.dispatch.keyorder import (
     HELD,
     Blocker,
-    Held,
     KeyLines,
     OrderKey,
-    ParkedRecord,
     Released,
+    WaitingRecord,
     first_attempt_of_lane,
     follow,
     order_key,
-    parked_blocker,
+    waiting_blocker,
 )
 from siding.model import Delivery, Lane, Ordering, delivery_id
 from siding.policy import lane_for_attempt
+from siding.steps import Held
 
 TOPIC = "trips"
 LANES = (Lane(1.0, 5.0, attempts=2), Lane(10.0, 5.0, attempts=1), Lane(60.0, 5.0, attempts=3))
@@ -56,25 +56,29 @@ def test_first_attempt_of_lane(lane: int, first: int) -> None:
         assert lane_for_attempt(first - 1, LANES) == lane - 1
 
 
-def test_parked_blocker_takes_the_highest_lane_and_latest_not_before() -> None:
-    parked = [ParkedRecord(3, 1, NOW + 500), ParkedRecord(5, 2, NOW + 100), ParkedRecord(9, 3, 0)]
-    blocker = parked_blocker(rec(7), parked)
+def test_waiting_blocker_takes_the_highest_lane_and_latest_not_before() -> None:
+    waiting = [
+        WaitingRecord(3, 1, NOW + 500),
+        WaitingRecord(5, 2, NOW + 100),
+        WaitingRecord(9, 3, 0),
+    ]
+    blocker = waiting_blocker(rec(7), waiting)
     assert blocker == Blocker(delivery_id(TOPIC, 0, 5), 2, NOW + 500)
 
 
 @pytest.mark.parametrize(
     ("offset", "in_slice", "expected"),
     [
-        (2, (), None),  # earlier than every parked record
-        (3, (), None),  # it IS the parked record: being retried now
-        (4, (3,), None),  # the parked record 3 is in this slice: the slice order covers it
+        (2, (), None),  # earlier than every waiting record
+        (3, (), None),  # it IS the waiting record: being retried now
+        (4, (3,), None),  # the waiting record 3 is in this slice: the slice order covers it
         (4, (), Blocker(delivery_id(TOPIC, 0, 3), 1, NOW)),
     ],
 )
-def test_parked_blocker_table(
+def test_waiting_blocker_table(
     offset: int, in_slice: tuple[int, ...], expected: Blocker | None
 ) -> None:
-    assert parked_blocker(rec(offset), [ParkedRecord(3, 1, NOW)], in_slice) == expected
+    assert waiting_blocker(rec(offset), [WaitingRecord(3, 1, NOW)], in_slice) == expected
 
 
 @pytest.mark.parametrize(
@@ -120,33 +124,33 @@ def test_dead_record_does_not_block_its_key() -> None:
     assert lines.settle(0, None) == Released(send=(1,))
 
 
-def test_parked_records_block_later_offsets_but_not_earlier_ones() -> None:
-    # Given key k has record 5 parked in lane 2
+def test_waiting_records_block_later_offsets_but_not_earlier_ones() -> None:
+    # Given key k has record 5 waiting in lane 2
     key: OrderKey = (0, b"k")
-    parked = {key: [ParkedRecord(5, 2, NOW + 3000)]}
-    lines = KeyLines([rec(4), rec(6), rec(7)], Ordering.KEY, parked)
-    # Then 4 (before the parked one) goes, and 6, 7 wait for it
+    waiting = {key: [WaitingRecord(5, 2, NOW + 3000)]}
+    lines = KeyLines([rec(4), rec(6), rec(7)], Ordering.KEY, waiting)
+    # Then 4 (before the waiting one) goes, and 6, 7 wait for it
     assert lines.start() == Released(send=(0,))
-    # When 4 is done, 6 and 7 follow the parked record
+    # When 4 is done, 6 and 7 follow the waiting record
     released = lines.settle(0, None)
-    parked_blocker_5 = Blocker(delivery_id(TOPIC, 0, 5), 2, NOW + 3000)
-    assert released == Released(follow=((1, parked_blocker_5), (2, parked_blocker_5)))
+    waiting_blocker_5 = Blocker(delivery_id(TOPIC, 0, 5), 2, NOW + 3000)
+    assert released == Released(follow=((1, waiting_blocker_5), (2, waiting_blocker_5)))
 
 
-def test_followers_of_a_parked_record_wait_for_a_higher_in_slice_blocker() -> None:
-    # Given 5 parked in lane 1, and 4 in the slice which goes to lane 3
-    parked = {(0, b"k"): [ParkedRecord(5, 1, NOW)]}
-    lines = KeyLines([rec(4), rec(6)], Ordering.KEY, parked)
+def test_followers_of_a_waiting_record_wait_for_a_higher_in_slice_blocker() -> None:
+    # Given 5 waiting in lane 1, and 4 in the slice which goes to lane 3
+    waiting = {(0, b"k"): [WaitingRecord(5, 1, NOW)]}
+    lines = KeyLines([rec(4), rec(6)], Ordering.KEY, waiting)
     assert lines.start() == Released(send=(0,))
     released = lines.settle(0, Blocker("r4", 3, NOW + 60_000))
     # Then 6 follows to lane 3, not lane 1 (it must not overtake 4)
     assert released == Released(follow=((1, Blocker("r4", 3, NOW + 60_000)),))
 
 
-def test_the_parked_record_itself_is_sent_after_earlier_parked_ones_in_the_slice() -> None:
-    # A lane slice holding parked records 3 and 5 of the key: 3 goes first, then 5
-    parked = {(0, b"k"): [ParkedRecord(3, 1, NOW), ParkedRecord(5, 1, NOW)]}
-    lines = KeyLines([rec(5), rec(3)], Ordering.KEY, parked)
+def test_the_waiting_record_itself_is_sent_after_earlier_waiting_ones_in_the_slice() -> None:
+    # A lane slice holding waiting records 3 and 5 of the key: 3 goes first, then 5
+    waiting = {(0, b"k"): [WaitingRecord(3, 1, NOW), WaitingRecord(5, 1, NOW)]}
+    lines = KeyLines([rec(5), rec(3)], Ordering.KEY, waiting)
     assert lines.start() == Released(send=(1,))
     assert lines.settle(1, None) == Released(send=(0,))
 
@@ -164,7 +168,7 @@ def test_settling_an_item_that_is_not_out_is_a_bug() -> None:
 @dataclass
 class Sim:
     items: list[Delivery]
-    parked: dict[OrderKey, list[ParkedRecord]]
+    waiting: dict[OrderKey, list[WaitingRecord]]
     sent: list[int] = field(default_factory=list)
     moved: dict[int, Blocker] = field(default_factory=dict)
     followed: dict[int, Blocker] = field(default_factory=dict)
@@ -172,15 +176,15 @@ class Sim:
     out: list[int] = field(default_factory=list)
 
     def check_send(self, index: int) -> None:
-        """No earlier record of the key may be out, parked, or gone to a lane."""
+        """No earlier record of the key may be out, waiting, or gone to a lane."""
         item = self.items[index]
         if item.key is None:
             return
         key = (item.partition, item.key)
         same_key = [j for j, d in enumerate(self.items) if (d.partition, d.key) == key]
         in_slice = {self.items[j].offset for j in same_key}
-        for p in self.parked.get(key, []):
-            assert not (p.offset < item.offset and p.offset not in in_slice), "parked earlier"
+        for p in self.waiting.get(key, []):
+            assert not (p.offset < item.offset and p.offset not in in_slice), "waiting earlier"
         for j in same_key:
             if self.items[j].offset < item.offset:
                 assert j in self.done, "an earlier record is out or went to a lane"
@@ -202,15 +206,15 @@ keyed_items = st.lists(
 )
 def test_per_key_sends_are_in_offset_order_and_never_overtake(
     shape: list[tuple[bytes | None, int]],
-    parked_shape: list[tuple[bytes, int, int]],
+    waiting_shape: list[tuple[bytes, int, int]],
     data: st.DataObject,
 ) -> None:
     items = [rec(offset * 2, key, partition) for offset, (key, partition) in enumerate(shape)]
-    parked: dict[OrderKey, list[ParkedRecord]] = {}
-    for key, offset, lane in parked_shape:
-        parked.setdefault((0, key), []).append(ParkedRecord(offset, lane, NOW + offset))
-    sim = Sim(items, parked)
-    lines = KeyLines(items, Ordering.KEY, parked)
+    waiting: dict[OrderKey, list[WaitingRecord]] = {}
+    for key, offset, lane in waiting_shape:
+        waiting.setdefault((0, key), []).append(WaitingRecord(offset, lane, NOW + offset))
+    sim = Sim(items, waiting)
+    lines = KeyLines(items, Ordering.KEY, waiting)
 
     def take(released: Released) -> None:
         for index in released.send:

@@ -17,6 +17,7 @@ from siding.pipeline.driver.metrics import (
     window_rate,
 )
 from siding.pipeline.executor.result import TaskResult
+from siding.steps import StepCounts
 
 N = len(LatencyHistogram().counts)
 
@@ -51,10 +52,9 @@ def result(
         breaker_transitions=transitions,
     )
     return TaskResult(
-        records=acked + to_lane + to_dlq,
-        acked=acked,
-        to_lane=to_lane,
-        to_dlq=to_dlq,
+        counts=StepCounts(
+            records=acked + to_lane + to_dlq, acked=acked, to_lane=to_lane, to_dlq=to_dlq
+        ),
         stats=stats,
         dead_reasons=reasons or {},
     )
@@ -122,7 +122,12 @@ def test_fold_sums_tasks_and_batches() -> None:
     metrics = fold_batch(LaneMetrics(), first, 1.5, now=100.0)
     metrics = fold_batch(metrics, second, 0.5, now=101.0)
     # Then the counts add up, in-flight is per batch and the peak is kept
-    assert (metrics.records, metrics.acked, metrics.to_lane, metrics.to_dlq) == (161, 150, 8, 3)
+    assert (
+        metrics.counts.records,
+        metrics.counts.acked,
+        metrics.counts.to_lane,
+        metrics.counts.to_dlq,
+    ) == (161, 150, 8, 3)
     assert metrics.batches == 2
     assert metrics.last_in_flight == 5 and metrics.max_in_flight == 100
     assert metrics.last_batch_s == 0.5
@@ -138,7 +143,7 @@ def test_fold_forgets_batches_older_than_the_window() -> None:
     metrics = fold_batch(LaneMetrics(), [result(acked=5)], 0.1, now=0.0, window_s=10.0)
     metrics = fold_batch(metrics, [result(acked=7)], 0.1, now=11.0, window_s=10.0)
     assert metrics.recent == ((11.0, 7),)
-    assert metrics.records == 12
+    assert metrics.counts.records == 12
 
 
 def test_sink_is_safe_across_threads_and_reports_rates() -> None:
@@ -160,7 +165,7 @@ def test_sink_is_safe_across_threads_and_reports_rates() -> None:
         t.join()
     snap = sink.snapshot()
     # Then nothing was lost and the rate is records over the window
-    assert snap.lanes[("billing", 0)].acked == 800
+    assert snap.lanes[("billing", 0)].counts.acked == 800
     assert snap.rate(("billing", 0)) == pytest.approx(80.0)
     assert snap.lanes[("billing", 2)] == LaneMetrics()
     assert snap.routes() == ["billing"]

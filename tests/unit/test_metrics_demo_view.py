@@ -6,6 +6,7 @@ import pytest
 
 from siding.devkit.demo_view import ViewState, backlog, plain_line, serial_estimate
 from siding.pipeline.driver.metrics import LaneMetrics, Snapshot
+from siding.steps import StepCounts
 
 
 def test_serial_consumer_waits_out_every_slow_message() -> None:
@@ -33,8 +34,10 @@ def test_no_traffic_is_no_throughput() -> None:
 
 def test_plain_line_and_backlog_from_a_snapshot() -> None:
     lanes = {
-        ("billing", 0): LaneMetrics(records=900, acked=880, to_lane=15, to_dlq=5),
-        ("billing", 1): LaneMetrics(records=10, acked=10),
+        ("billing", 0): LaneMetrics(
+            counts=StepCounts(records=900, acked=880, to_lane=15, to_dlq=5)
+        ),
+        ("billing", 1): LaneMetrics(counts=StepCounts(records=10, acked=10)),
     }
     state = ViewState(Snapshot(lanes, 12.0, 0.0), "billing", 2, 12.0, 60.0, 1000)
     assert backlog(state) == 100

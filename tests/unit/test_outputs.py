@@ -17,10 +17,11 @@ from siding.model import ACK, Delivery, Outcome, OutcomeKind, Output, Result, Ve
 from siding.pipeline.executor.parked import Adoption, ParkedCalls
 from siding.pipeline.executor.plan import build_plan
 from siding.pipeline.executor.task import route_out, tally
-from siding.policy import Done, ToLane, next_step
+from siding.policy import next_step
 from siding.routing import settlement
 from siding.routing.outputs import OUTPUT_ID, output_records
 from siding.routing.producer import OutRecord
+from siding.steps import Done, ToLane
 from siding.transport.batch_envelope import item_outcome
 from siding.transport.outcomes import outcome_from_result
 from siding.transport.outputs import ack_from_body, screen_outputs
@@ -153,7 +154,7 @@ def test_a_task_writes_a_finished_records_outputs_and_counts_them() -> None:
         "orders.billed",
         naming.lane_topic("billing", 1),
     ]
-    assert tally(settled).outputs == 2
+    assert tally(settled).counts.outputs == 2
 
 
 def test_the_route_names_the_topics_it_may_write() -> None:

@@ -7,17 +7,17 @@ import pytest
 from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Settled, Work
-from siding.model import Delivery, Outcome, OutcomeKind, delivery_id
+from siding.model import DeadClass, DeadKind, Delivery, Outcome, OutcomeKind, delivery_id
 from siding.pipeline.driver.settlements import STALE_AFTER_MS, SettlementStore
 from siding.pipeline.executor.park_task import sort_parked
 from siding.pipeline.executor.plan import TaskPlan, build_plan
 from siding.pipeline.executor.rows import Incoming, incoming
 from siding.pipeline.executor.task import dead_reasons
-from siding.policy import Done, ToDlq, ToLane
 from siding.routing import settlement, story
 from siding.routing.producer import OutRecord
 from siding.routing.records import park_record
 from siding.routing.settlement import Settlement
+from siding.steps import Done, ToDlq, ToLane
 from siding.transport.outcomes import lost
 
 CONFIG = """
@@ -92,7 +92,9 @@ def test_a_retry_with_no_lane_left_is_dead_lettered() -> None:
 def test_a_malformed_parked_record_is_dead_lettered_with_its_reason() -> None:
     bad = Incoming(parked(1, "").delivery, malformed="record without siding headers")
     finished, again, later = sort_parked(plan(), [bad], {}, NOW)
-    assert [s.step for s in finished] == [ToDlq("record without siding headers")]
+    assert [s.step for s in finished] == [
+        ToDlq("record without siding headers", DeadClass(DeadKind.MALFORMED))
+    ]
     assert not again and not later
 
 

@@ -6,25 +6,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from siding.model import Lane, Outcome, OutcomeKind
+from siding.model import DeadClass, DeadKind, Lane, Outcome, OutcomeKind
 from siding.policy import (
     BACKOFF_CAP_S,
-    Backoff,
-    Done,
-    Step,
-    Stop,
-    ToDlq,
-    ToLane,
     backoff_delay,
     deadline_for,
     lane_for_attempt,
     max_attempts,
     next_step,
 )
+from siding.steps import Backoff, Decision, Done, Stop, ToDlq, ToLane
 
 NOW = 1_700_000_000_000
 LANES = (Lane(delay_s=10, deadline_s=30, attempts=1), Lane(delay_s=300, deadline_s=120, attempts=2))
 CAP = 600.0
+EXHAUSTED = DeadClass(DeadKind.RETRIES_EXHAUSTED)
 
 
 def retry(reason: str = "grpc DEADLINE_EXCEEDED", after: float | None = None) -> Outcome:
@@ -36,7 +32,7 @@ def backoff(after: float | None = None) -> Outcome:
 
 
 # (outcome, attempt, the step that must follow) with LANES, NOW and CAP
-ROWS: list[tuple[Outcome, int, Step]] = [
+ROWS: list[tuple[Outcome, int, Decision]] = [
     (Outcome(OutcomeKind.ACK), 1, Done()),
     (Outcome(OutcomeKind.ACK), 4, Done()),
     (Outcome(OutcomeKind.DEAD, "bad payload"), 1, ToDlq("bad payload")),
@@ -44,8 +40,8 @@ ROWS: list[tuple[Outcome, int, Step]] = [
     (retry(), 1, ToLane(1, 2, NOW + 10_000, "grpc DEADLINE_EXCEEDED")),
     (retry(), 2, ToLane(2, 3, NOW + 300_000, "grpc DEADLINE_EXCEEDED")),
     (retry(), 3, ToLane(2, 4, NOW + 300_000, "grpc DEADLINE_EXCEEDED")),
-    (retry("http 500"), 4, ToDlq("retries exhausted after 4 attempts: http 500")),
-    (retry("http 500"), 9, ToDlq("retries exhausted after 9 attempts: http 500")),
+    (retry("http 500"), 4, ToDlq("retries exhausted after 4 attempts: http 500", EXHAUSTED)),
+    (retry("http 500"), 9, ToDlq("retries exhausted after 9 attempts: http 500", EXHAUSTED)),
     (retry(""), 1, ToLane(1, 2, NOW + 10_000, "consumer answered RETRY")),
     (retry("slow down", after=60), 1, ToLane(1, 2, NOW + 60_000, "slow down")),
     (retry("slow down", after=5), 1, ToLane(1, 2, NOW + 10_000, "slow down")),
@@ -60,13 +56,13 @@ ROWS: list[tuple[Outcome, int, Step]] = [
 
 
 @pytest.mark.parametrize(("outcome", "attempt", "step"), ROWS)
-def test_next_step(outcome: Outcome, attempt: int, step: Step) -> None:
+def test_next_step(outcome: Outcome, attempt: int, step: Decision) -> None:
     assert next_step(outcome, attempt, LANES, NOW, max_retry_after_s=CAP) == step
 
 
 def test_without_lanes_a_retry_goes_to_the_dlq() -> None:
     step = next_step(retry("http 500"), 1, (), NOW, max_retry_after_s=CAP)
-    assert step == ToDlq("retries exhausted after 1 attempt: http 500")
+    assert step == ToDlq("retries exhausted after 1 attempt: http 500", EXHAUSTED)
 
 
 def test_backoff_without_retry_after_grows_with_consecutive_failures_and_jitters() -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from siding.config import Endpoint
 from siding.dispatch import DispatchSettings, Work, dispatch
 from siding.model import ACK, Delivery, Outcome, OutcomeKind
-from siding.policy import Done
+from siding.steps import Done
 from siding.transport.base import Transport
 from siding.transport.fake import ScriptedTransport
 from siding.transport.outcomes import lost, never_reached, outcome_from_connection_error

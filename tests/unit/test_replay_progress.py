@@ -33,10 +33,10 @@ from siding.pipeline.executor.progress import (
 from siding.pipeline.executor.progress_task import Tracker, known_of_attempt
 from siding.pipeline.executor.rows import Incoming, incoming
 from siding.pipeline.executor.task import (
-    park_events,
     retry_topic,
     route_out,
     slice_work,
+    wait_events,
     waiting_in_hold,
 )
 from siding.routing.producer import OutRecord
@@ -122,20 +122,27 @@ UNORDERED_KNOWN = Known({(TOPIC, 0): ((0, 2),)}, {(TOPIC, 0): ((5, 6),)})
 )
 def test_unordered_skips_records_acked_or_written(offset: int, skipped: bool) -> None:
     assert (
-        skippable(delivery(offset), UNORDERED_KNOWN, lane=0, ordering=Ordering.UNORDERED, parked={})
+        skippable(
+            delivery(offset), UNORDERED_KNOWN, lane=0, ordering=Ordering.UNORDERED, waiting={}
+        )
         is skipped
     )
 
 
-PARKED_KEY = (0, b"parked")
+WAITING_KEY = (0, b"waiting")
 
 
 @pytest.mark.parametrize(
     ("case", "key", "lane", "skipped"),
     [
-        ("acked, key not parked, main lane", b"k", 0, True),
+        ("acked, key not waiting, main lane", b"k", 0, True),
         ("acked, no key", None, 2, True),
-        ("acked, but its key is parked: its release must reach the key state", b"parked", 0, False),
+        (
+            "acked, but its key is waiting: its release must reach the key state",
+            b"waiting",
+            0,
+            False,
+        ),
         ("acked in a retry lane: its release must reach the key state", b"k", 1, False),
     ],
 )
@@ -143,22 +150,22 @@ def test_key_mode_skips_only_acks_that_tell_the_key_state_nothing(
     case: str, key: bytes | None, lane: int, skipped: bool
 ) -> None:
     known = Known({(TOPIC, 0): ((0, 1),)})
-    parked = {PARKED_KEY: ()}
-    got = skippable(delivery(0, key), known, lane=lane, ordering=Ordering.KEY, parked=parked)
+    waiting = {WAITING_KEY: ()}
+    got = skippable(delivery(0, key), known, lane=lane, ordering=Ordering.KEY, waiting=waiting)
     assert got is skipped, case
 
 
 def test_key_mode_never_skips_a_record_written_to_a_lane_or_held() -> None:
     # Its key must stay blocked behind it: the replay dispatches it again and reports it
     known = Known({}, {(TOPIC, 0): ((0, 1),)})
-    assert not skippable(delivery(0, b"k"), known, lane=0, ordering=Ordering.KEY, parked={})
+    assert not skippable(delivery(0, b"k"), known, lane=0, ordering=Ordering.KEY, waiting={})
 
 
 def test_split_keeps_input_order_and_nothing_is_skipped_without_progress() -> None:
     items = [delivery(o) for o in (4, 0, 5, 1)]
-    keep, skip = split(items, UNORDERED_KNOWN, lane=0, ordering=Ordering.UNORDERED, parked={})
+    keep, skip = split(items, UNORDERED_KNOWN, lane=0, ordering=Ordering.UNORDERED, waiting={})
     assert (keep, skip) == ([0], [1, 2, 3])
-    assert split(items, Known(), lane=0, ordering=Ordering.UNORDERED, parked={}) == (
+    assert split(items, Known(), lane=0, ordering=Ordering.UNORDERED, waiting={}) == (
         [0, 1, 2, 3],
         [],
     )
@@ -342,14 +349,14 @@ class ReplayWorld(World):
         self.clock += 1
         rows = [as_row(r) for r in self.held] + [source_row(o, b"k%d" % (o % 2)) for o in source]
         self.held = []
-        task = key_plan(0, self.parking)
+        task = key_plan(0, self.waits)
         items = incoming(rows, 0, HOLD)
         keep, _ = split(
             [i.delivery for i in items],
             self.known,
             lane=0,
             ordering=Ordering.KEY,
-            parked=task.parked,
+            waiting=task.waiting,
         )
         items = [items[i] for i in keep]
         later = waiting_in_hold(task, items, self.clock)
@@ -376,7 +383,7 @@ class ReplayWorld(World):
         self.held += requeued + [
             r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD
         ]
-        self.parking.apply(park_events(task, settled))
+        self.waits.apply(wait_events(task, settled))
         self.known = Known()  # committed: the next batch starts without progress
         return True
 
@@ -401,7 +408,7 @@ def test_key_mode_replays_that_skip_acked_records_keep_key_order_and_drain(
     for _ in range(5 * (len(world.fails) + 1)):
         world.batch([], data, crash=False)
     # Then nothing waits any more, and no key is left blocked
-    assert (world.held, world.parking.snapshot()) == ([], {})
+    assert (world.held, world.waits.snapshot()) == ([], {})
     # Every record was ACKed; per key, the first ACKs came in offset order
     assert {d.offset for d in world.acked} == set(range(count))
     for key in (b"k0", b"k1"):

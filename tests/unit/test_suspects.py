@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from siding.dispatch import BreakerSettings, DispatchSettings, Parked, Work, dispatch
+from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch
 from siding.dispatch.parking import ParkSettings
 from siding.dispatch.suspects import Suspects
 from siding.model import Delivery, Lane, Ordering, delivery_id
-from siding.policy import Done, ToDlq
+from siding.steps import Done, Parked, ToDlq
 from siding.transport.fake import CrashingTransport
 
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)

@@ -24,12 +24,13 @@ _LABELS = ["route", "lane"]
 
 
 def _outcomes(lane: LaneMetrics) -> dict[str, int]:
+    counts = lane.counts
     return {
-        "ack": lane.acked,
-        "lane": lane.to_lane,
-        "dlq": lane.to_dlq,
-        "parked": lane.parked,
-        "held": lane.held,
+        "ack": counts.acked,
+        "lane": counts.to_lane,
+        "dlq": counts.to_dlq,
+        "parked": counts.parked,
+        "held": counts.held,
     }
 
 
@@ -112,7 +113,7 @@ class SnapshotCollector(Collector):
             for outcome, n in _outcomes(lane).items():
                 records.add_metric([*labels, outcome], n)
             batches.add_metric(labels, lane.batches)
-            outputs.add_metric(labels, lane.outputs)
+            outputs.add_metric(labels, lane.counts.outputs)
             sends.add_metric(labels, lane.sends)
             for kind, n in lane.outcomes.items():
                 answers.add_metric([*labels, kind.value], n)

@@ -302,7 +302,7 @@ def _warm_up(console: Console, stop: threading.Event, parts: _Parts) -> int:
     producer.join()
     deadline = time.monotonic() + WARM_UP_TIMEOUT_S
     while not stop.is_set() and not parts.failure and time.monotonic() < deadline:
-        if parts.metrics.snapshot().lanes[(ROUTE, 0)].records >= WARM_UP:
+        if parts.metrics.snapshot().lanes[(ROUTE, 0)].counts.records >= WARM_UP:
             break
         stop.wait(0.2)
     return WARM_UP
@@ -324,8 +324,8 @@ def _drained(state: ViewState) -> bool:
     lanes = [state.snapshot.lanes.get((state.route, k)) for k in range(state.lanes)]
     if any(m is None for m in lanes) or not state.produced:
         return False
-    settled = [m.records for m in lanes if m is not None]
-    sent_on = [m.to_lane for m in lanes if m is not None]
+    settled = [m.counts.records for m in lanes if m is not None]
+    sent_on = [m.counts.to_lane for m in lanes if m is not None]
     return settled[0] >= state.produced and all(
         settled[k] >= sent_on[k - 1] for k in range(1, len(settled))
     )

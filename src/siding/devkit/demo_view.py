@@ -40,16 +40,16 @@ def _all(state: ViewState) -> list[LaneMetrics]:
 
 
 def delivered(state: ViewState) -> int:
-    return sum(m.acked for m in _all(state))
+    return sum(m.counts.acked for m in _all(state))
 
 
 def dead_lettered(state: ViewState) -> int:
-    return sum(m.to_dlq for m in _all(state))
+    return sum(m.counts.to_dlq for m in _all(state))
 
 
 def backlog(state: ViewState) -> int:
     """Produced but not yet settled by the main lane (Kafka lag, as the driver sees it)."""
-    return max(0, state.produced - _lane(state, 0).records)
+    return max(0, state.produced - _lane(state, 0).counts.records)
 
 
 def _ms(seconds: float) -> str:
@@ -81,10 +81,10 @@ def live_view(state: ViewState) -> RenderableType:
         h = m.latency
         table.add_row(
             naming.lane_label(k),
-            f"{m.records:,}",
-            f"{m.acked:,}",
-            f"{m.to_lane:,}",
-            f"{m.to_dlq:,}",
+            f"{m.counts.records:,}",
+            f"{m.counts.acked:,}",
+            f"{m.counts.to_lane:,}",
+            f"{m.counts.to_dlq:,}",
             _ms(h.quantile(0.5)),
             _ms(h.quantile(0.99)),
             _ms(h.max_s),
@@ -104,7 +104,7 @@ def live_view(state: ViewState) -> RenderableType:
 def plain_line(state: ViewState) -> str:
     """One line of progress for logs without a terminal."""
     lanes = " ".join(
-        f"{naming.lane_label(k)}={m.records}/{m.to_lane}/{m.to_dlq}"
+        f"{naming.lane_label(k)}={m.counts.records}/{m.counts.to_lane}/{m.counts.to_dlq}"
         for k, m in enumerate(_all(state))
     )
     main = _lane(state, 0).latency
@@ -156,15 +156,15 @@ def summary_lines(
     """``run_s``: seconds of traffic; ``main_s``: when the main lane had settled all of it."""
     main = _lane(state, 0)
     h = main.latency
-    siding_rate = main.records / main_s if main_s > 0 else 0.0
+    siding_rate = main.counts.records / main_s if main_s > 0 else 0.0
     return [
         "",
         "summary",
         f"  produced          {state.produced:,} messages (the first few warmed Spark up),"
         f" then {run_s:.1f} s of steady traffic",
         f"  delivered (ACK)   {delivered(state):,}   dead-lettered {dead_lettered(state):,}"
-        f"   moved to a retry lane {main.to_lane:,}",
-        f"  siding            the main lane settled {main.records:,} in {main_s:.1f} s"
+        f"   moved to a retry lane {main.counts.to_lane:,}",
+        f"  siding            the main lane settled {main.counts.records:,} in {main_s:.1f} s"
         f" ({siding_rate:,.0f} msg/s); p50 {_ms(h.quantile(0.5))}, p99 {_ms(h.quantile(0.99))}"
         " per call; the slow calls finished in retry-1"
         + ("" if drained else "  (stopped before every lane caught up)"),

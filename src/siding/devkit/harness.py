@@ -19,6 +19,7 @@ from siding.pipeline.driver.app import Application
 from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.executor.result import TaskResult
 from siding.routing import story
+from siding.steps import StepCounts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,13 +80,7 @@ class DeadLetter:
 class Totals:
     """What the batches reported, summed (thread-safe)."""
 
-    records: int = 0
-    acked: int = 0
-    to_lane: int = 0
-    to_dlq: int = 0
-    parked: int = 0
-    held: int = 0
-    outputs: int = 0
+    counts: StepCounts = field(default_factory=StepCounts)
     batches: int = 0
     hosts: set[tuple[str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -93,16 +88,8 @@ class Totals:
     def add(self, _route: str, _lane: int, results: list[TaskResult], _seconds: float) -> None:
         with self.lock:
             self.batches += 1
-            for r in results:
-                self.records += r.records
-                self.acked += r.acked
-                self.to_lane += r.to_lane
-                self.to_dlq += r.to_dlq
-                self.parked += r.parked
-                self.held += r.held
-                self.outputs += r.outputs
-                if r.records:
-                    self.hosts.add((r.host, r.pid))
+            self.counts += StepCounts.total(r.counts for r in results)
+            self.hosts.update((r.host, r.pid) for r in results if r.counts.records)
 
 
 ResultCallback = Callable[[str, int, list[TaskResult], float], None]

@@ -10,13 +10,13 @@ from siding.dispatch.breaker import (
 )
 from siding.dispatch.errors import DispatchInterrupted
 from siding.dispatch.guard import flood_exceeded
-from siding.dispatch.keyorder import Held, OrderKey, ParkedRecord
+from siding.dispatch.keyorder import OrderKey, WaitingRecord
 from siding.dispatch.parking import ParkSettings, ParkTimer
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import DispatchStats, LatencyHistogram
 from siding.dispatch.window import dispatch
-from siding.dispatch.work import DispatchReport, FinalStep, Parked, ParkedCall, Settled, Work
+from siding.dispatch.work import DispatchReport, ParkedCall, Settled, Work
 
 __all__ = [
     "AdaptiveSettings",
@@ -29,17 +29,14 @@ __all__ = [
     "DispatchReport",
     "DispatchSettings",
     "DispatchStats",
-    "FinalStep",
-    "Held",
     "LatencyHistogram",
     "OrderKey",
     "ParkSettings",
     "ParkTimer",
-    "Parked",
     "ParkedCall",
-    "ParkedRecord",
     "Settled",
     "TokenBucket",
+    "WaitingRecord",
     "Work",
     "dispatch",
     "flood_exceeded",

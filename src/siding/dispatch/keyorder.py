@@ -1,4 +1,4 @@
-"""Key ordering: which items of a slice may be sent now, and which must follow a parked one.
+"""Key ordering: which items of a slice may be sent now, and which must wait behind an earlier one.
 
 Pure rules (no I/O): the dispatcher asks ``KeyLines`` what to send and tells it what happened.
 The rules are written down in docs/dispatch.md ("Key ordering").
@@ -11,15 +11,17 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from siding.model import Delivery, Lane, Ordering, delivery_id
+from siding.steps import Held
 
 OrderKey = tuple[int, bytes]
 """(partition, key): the unit of ordering in ``key`` mode."""
 
 
 @dataclass(frozen=True, slots=True)
-class ParkedRecord:
-    """A record of some key that sits in retry lane ``lane`` until ``not_before_ms``, or is
-    held behind an earlier one (``lane == HELD``)."""
+class WaitingRecord:
+    """A record of some key that waits out of the line: in retry lane ``lane`` until
+    ``not_before_ms``, or held behind an earlier one (``lane == HELD``). Later records of its
+    key wait behind it. (Not a parked *call*: key mode never parks, docs/parking.md.)"""
 
     offset: int
     lane: int
@@ -27,15 +29,7 @@ class ParkedRecord:
 
 
 HELD = 0
-"""The ``lane`` of a ``ParkedRecord`` that is a held follower, not a record in a retry lane."""
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """The step of a record that waits behind an earlier record of its key: it goes to the
-    route's hold topic unchanged and is read back by the main lane (docs/dispatch.md)."""
-
-    reason: str
+"""The ``lane`` of a ``WaitingRecord`` that is a held follower, not a record in a retry lane."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +78,15 @@ def _at_least(a: Blocker, b: Blocker | None) -> Blocker:
     return Blocker(lead.id, lead.lane, max(a.not_before_ms, b.not_before_ms))
 
 
-def parked_blocker(
-    delivery: Delivery, parked: Sequence[ParkedRecord], in_slice: Collection[int] = ()
+def waiting_blocker(
+    delivery: Delivery, waiting: Sequence[WaitingRecord], in_slice: Collection[int] = ()
 ) -> Blocker | None:
-    """The blocker made of the parked records of the key with smaller offsets.
+    """The blocker made of the waiting records of the key with smaller offsets.
 
-    Parked records whose offset is in this slice (``in_slice``) are the items being retried now:
+    Waiting records whose offset is in this slice (``in_slice``) are the items being retried now:
     the order inside the slice covers them.
     """
-    earlier = [p for p in parked if p.offset < delivery.offset and p.offset not in in_slice]
+    earlier = [p for p in waiting if p.offset < delivery.offset and p.offset not in in_slice]
     if not earlier:
         return None
     # The nearest record in the highest lane is the one to name in the reason.
@@ -119,8 +113,8 @@ class KeyLines:
 
     In ``key`` mode each ``OrderKey`` is a line in offset order: only its head is out at a time;
     when the head settles, the next one is released, unless the head went to a retry lane or the
-    next one has an earlier record parked or held outside the slice: then it and all behind it
-    follow (they are held).
+    next one has an earlier record waiting outside the slice (in a lane or held): then it and all
+    behind it follow (they are held).
     Items without a key (and every item in ``unordered`` mode) are released at once.
     """
 
@@ -128,10 +122,10 @@ class KeyLines:
         self,
         deliveries: Sequence[Delivery],
         ordering: Ordering,
-        parked: Mapping[OrderKey, Sequence[ParkedRecord]] | None = None,
+        waiting: Mapping[OrderKey, Sequence[WaitingRecord]] | None = None,
     ) -> None:
         self._deliveries = deliveries
-        self._parked = parked or {}
+        self._waiting = waiting or {}
         self._free: list[int] = []
         self._lines: dict[OrderKey, _Line] = {}
         self._line_of: dict[int, OrderKey] = {}
@@ -174,16 +168,16 @@ class KeyLines:
         line = self._lines[key]
         if not line.queue:
             return Released()
-        parked = self._parked.get(key, ())
+        waiting = self._waiting.get(key, ())
         in_slice = self._in_slice[key]
         head = line.queue[0]
-        head_blocker = combine(blocker, parked_blocker(self._deliveries[head], parked, in_slice))
+        head_blocker = combine(blocker, waiting_blocker(self._deliveries[head], waiting, in_slice))
         if head_blocker is None:
             line.pending = line.queue.popleft()
             return Released(send=(head,))
         # Once the head is blocked, so is everyone behind it (their offsets are larger).
         follows = tuple(
-            (i, _at_least(head_blocker, parked_blocker(self._deliveries[i], parked, in_slice)))
+            (i, _at_least(head_blocker, waiting_blocker(self._deliveries[i], waiting, in_slice)))
             for i in line.queue
         )
         line.queue.clear()
@@ -191,9 +185,9 @@ class KeyLines:
 
 
 @dataclass(frozen=True, slots=True)
-class ParkEvent:
-    """``lane is None``: the record left the lanes (ACKed or dead); else it sits in ``lane``
-    (``keyorder.HELD``: it is held behind an earlier record of its key)."""
+class WaitEvent:
+    """Key mode: ``lane is None``: the record stopped waiting (ACKed or dead); else it waits in
+    ``lane`` (``keyorder.HELD``: it is held behind an earlier record of its key)."""
 
     key: OrderKey
     offset: int

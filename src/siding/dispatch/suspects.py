@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from siding.model import DeadClass, DeadKind
+from siding.steps import ToDlq
+
 SOLO_S = 0.1
 
 
@@ -44,6 +47,10 @@ class Conviction:
             f"the consumer died {self.deaths} times while handling this message"
             f" ({self.lone} of them with no other suspect in flight); last: {last}"
         )
+
+    def dead_letter(self, last: str) -> ToDlq:
+        """The step of the convicted message: a crash pill, to the DLQ."""
+        return ToDlq(self.reason(last), DeadClass(DeadKind.CONSUMER_DIED))
 
 
 class Suspects:

@@ -19,16 +19,17 @@ from typing import Literal
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.errors import DispatchInterrupted
-from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, ParkedRecord, Released, follow
+from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import StatsRecorder
 from siding.dispatch.suspects import Suspects
-from siding.dispatch.work import DispatchReport, FinalStep, Parked, ParkedCall, Settled, Work
+from siding.dispatch.work import DispatchReport, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
 from siding.model import Ordering, Outcome, OutcomeKind
-from siding.policy import Backoff, Stop, ToDlq, ToLane, next_step
+from siding.policy import next_step
+from siding.steps import Backoff, Done, FinalStep, Parked, Stop, ToDlq, ToLane
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
 from siding.transport.outputs import screen_outputs
@@ -53,7 +54,7 @@ async def dispatch(
     work: Sequence[Work],
     settings: DispatchSettings,
     *,
-    parked: Mapping[OrderKey, Sequence[ParkedRecord]] | None = None,
+    waiting: Mapping[OrderKey, Sequence[WaitingRecord]] | None = None,
     breaker: CircuitBreaker | None = None,
     stop: asyncio.Event | None = None,
     clock: Callable[[], float] = time.time,
@@ -64,8 +65,9 @@ async def dispatch(
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
     ``breaker`` should be the one kept for this transport across batches (a fresh one is made
-    when omitted). ``parked`` holds, per key, the records already in retry lanes (``key``
-    ordering). ``clock`` is epoch seconds (for not-before times), ``rand`` feeds backoff jitter.
+    when omitted). ``waiting`` holds, per key, the records already out of the line, in retry
+    lanes or held (``key`` ordering). ``clock`` is epoch seconds (for not-before times),
+    ``rand`` feeds backoff jitter.
     With ``settings.park`` enabled, calls still running once nothing else is left are handed
     over in ``DispatchReport.parked`` instead of awaited; ``park_timer`` (kept per endpoint)
     learns answer latencies and says when. Once ``drain`` is set (a draining stop), nothing more
@@ -81,7 +83,7 @@ async def dispatch(
         transport,
         work=work,
         settings=settings,
-        parked=parked or {},
+        waiting=waiting or {},
         breaker=breaker,
         stop=stop,
         clock=clock,
@@ -99,7 +101,7 @@ class _Window:
         *,
         work: Sequence[Work],
         settings: DispatchSettings,
-        parked: Mapping[OrderKey, Sequence[ParkedRecord]],
+        waiting: Mapping[OrderKey, Sequence[WaitingRecord]],
         breaker: CircuitBreaker,
         stop: asyncio.Event | None,
         clock: Callable[[], float],
@@ -115,7 +117,7 @@ class _Window:
         self._stop = stop
         self._clock = clock
         self._rand = rand
-        self._lines = KeyLines([w.delivery for w in work], settings.ordering, parked)
+        self._lines = KeyLines([w.delivery for w in work], settings.ordering, waiting)
         self._steps: list[FinalStep | None] = [None] * len(work)
         self._unsettled = len(work)
         # (due epoch ms, sequence, index): items waiting for their time without holding a slot.
@@ -380,10 +382,10 @@ class _Window:
                 self._recovering.add(index)
                 recovering = True
             if conviction is not None:
-                reason = conviction.reason(outcome.reason)
-                log.warning("%s dead-lettered: %s", delivery.id, reason)
+                dead = conviction.dead_letter(outcome.reason)
+                log.warning("%s dead-lettered: %s", delivery.id, dead.reason)
                 self._backoffs.pop(index, None)
-                self._settle(index, ToDlq(reason))
+                self._settle(index, dead)
                 return
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
             self._suspects.refused(index)
@@ -400,21 +402,22 @@ class _Window:
             consecutive_backoffs=consecutive,
             rand=self._rand(),
         )
-        if isinstance(step, Stop):
-            raise EndpointGoneError(f"{delivery.id}: {step.reason}")
-        if isinstance(step, Backoff):
-            # Redeliver in place: the attempt is not spent, only time.
-            self._backoffs[index] = consecutive
-            if index in self._suspects:
-                # The breaker waits out the restart; a suspect's own pause must not compound
-                # over its deaths and refusals, or each round of isolation grows longer.
-                step = Backoff(self._settings.suspect_spread_s * self._rand(), step.reason)
-            self._log_holdout(index, consecutive, step.reason, now_ms)
-            due_ms = now_ms + math.ceil(step.delay_s * 1000)
-            self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
-            return
-        self._backoffs.pop(index, None)
-        self._settle(index, step)
+        match step:
+            case Stop(reason=reason):
+                raise EndpointGoneError(f"{delivery.id}: {reason}")
+            case Backoff(delay_s=delay_s, reason=reason):
+                # Redeliver in place: the attempt is not spent, only time.
+                self._backoffs[index] = consecutive
+                if index in self._suspects:
+                    # The breaker waits out the restart; a suspect's own pause must not compound
+                    # over its deaths and refusals, or each round of isolation grows longer.
+                    delay_s = self._settings.suspect_spread_s * self._rand()
+                self._log_holdout(index, consecutive, reason, now_ms)
+                due_ms = now_ms + math.ceil(delay_s * 1000)
+                self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
+            case Done() | ToLane() | ToDlq():
+                self._backoffs.pop(index, None)
+                self._settle(index, step)
 
     def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
         """A message that has been told "back off" for longer than a deadline while the endpoint

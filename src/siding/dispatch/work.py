@@ -5,24 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from siding.dispatch.keyorder import Held
 from siding.dispatch.stats import DispatchStats
 from siding.model import Delivery, Outcome
-from siding.policy import Done, ToDlq, ToLane
-
-
-@dataclass(frozen=True, slots=True)
-class Parked:
-    """The step of a record whose call was still running when its batch ended
-    (docs/parking.md): it waits in the park topic under ``token`` until ``not_before_ms``. A
-    suspect handed over to the park lane has ``deaths`` (docs/dispatch.md, "Suspects")."""
-
-    token: str
-    not_before_ms: int
-    deaths: int = 0
-
-
-FinalStep = Done | ToLane | ToDlq | Parked | Held
+from siding.steps import Done, Held, Parked, Step, ToDlq, ToLane
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +25,10 @@ class Work:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
+    """``work``'s step: a dispatch's ``FinalStep``, or ``Resent`` for one a task writes back."""
+
     work: Work
-    step: FinalStep
+    step: Step
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,22 +49,26 @@ class DispatchReport:
     stats: DispatchStats
     parked: tuple[ParkedCall, ...] = ()
 
+    def of(self, kind: type[Step]) -> tuple[Settled, ...]:
+        """The items whose step is a ``kind``."""
+        return tuple(s for s in self.settled if isinstance(s.step, kind))
+
     @property
     def done(self) -> tuple[Settled, ...]:
-        return tuple(s for s in self.settled if isinstance(s.step, Done))
+        return self.of(Done)
 
     @property
     def to_lane(self) -> tuple[Settled, ...]:
-        return tuple(s for s in self.settled if isinstance(s.step, ToLane))
+        return self.of(ToLane)
 
     @property
     def parked_items(self) -> tuple[Settled, ...]:
-        return tuple(s for s in self.settled if isinstance(s.step, Parked))
+        return self.of(Parked)
 
     @property
     def held(self) -> tuple[Settled, ...]:
-        return tuple(s for s in self.settled if isinstance(s.step, Held))
+        return self.of(Held)
 
     @property
     def to_dlq(self) -> tuple[Settled, ...]:
-        return tuple(s for s in self.settled if isinstance(s.step, ToDlq))
+        return self.of(ToDlq)

@@ -12,10 +12,10 @@ from siding.dispatch.keyorder import first_attempt_of_lane
 from siding.dlq.fate import LetterRef
 from siding.errors import DlqError
 from siding.model import Delivery, Headers
-from siding.policy import ToLane
 from siding.routing import story
 from siding.routing.producer import OutRecord
 from siding.routing.records import lane_record
+from siding.steps import ToLane
 
 REPLAY_OF = "siding-replay-of"
 REPLAY_REASON = "replayed from DLQ"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from siding.dispatch.keyorder import Held
 from siding.model import Delivery, LaneHop
-from siding.policy import ToDlq, ToLane
 from siding.routing import story
 from siding.routing.producer import OutRecord
+from siding.steps import Held, ToDlq, ToLane
 
 
 def origin_of(delivery: Delivery) -> story.Origin:
@@ -68,6 +67,7 @@ def dlq_record(
         reason=step.reason,
         died_at_ms=now_ms,
         route=route,
+        dead_class=step.dead_class,
     )
     return _carry(dlq_topic, delivery, told)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from siding.model import Outcome, OutcomeKind
+from siding.model import DeadClass, Outcome, OutcomeKind
 from siding.routing.producer import OutRecord
 
 
@@ -30,6 +30,7 @@ def settlement_record(topic: str, settlement: Settlement) -> OutRecord:
         "retry_after_s": outcome.retry_after_s,
         "no_answer": outcome.no_answer,
         "lost": outcome.lost,
+        "dead_class": outcome.dead_class.label if outcome.dead_class is not None else None,
         "answered_ms": settlement.answered_ms,
         "outputs": settlement.outputs,
     }
@@ -52,6 +53,8 @@ def decode(key: bytes, value: bytes) -> Settlement:
         retry_after_s=float(retry_after) if retry_after is not None else None,
         no_answer=bool(data.get("no_answer", False)),
         lost=bool(data.get("lost", False)),
+        # Absent from a settlement written before classes were kept: the reason's text decides.
+        dead_class=DeadClass.from_label(str(data.get("dead_class") or "")),
     )
     return Settlement(
         key.decode(),

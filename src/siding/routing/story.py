@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from siding.model import Headers, LaneHop
+from siding.model import DeadClass, Headers, LaneHop
 
 PREFIX = "siding."
 ID = "siding.id"
@@ -30,6 +30,7 @@ DIED_AT = "siding.died-at"
 ROUTE = "siding.route"
 PARK_TOKEN = "siding.park-token"
 DEATHS = "siding.deaths"
+DEAD_CLASS = "siding.dead-class"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ class StoryHeaders:
     park_token: str = ""
     # A suspect's deaths so far: the consumer went away this many times with it out.
     deaths: int = 0
+    # A dead letter's stable class; ``None`` elsewhere, and in letters written before it was kept.
+    dead_class: DeadClass | None = None
 
 
 def as_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
@@ -123,6 +126,7 @@ def encode(story: StoryHeaders) -> Headers:
         (ROUTE, story.route),
         (PARK_TOKEN, story.park_token),
         (DEATHS, str(story.deaths)),
+        (DEAD_CLASS, story.dead_class.label if story.dead_class is not None else ""),
     ]
     return tuple((name, value.encode()) for name, value in fields)
 
@@ -155,4 +159,5 @@ def decode(headers: Iterable[tuple[str, bytes | None]] | None) -> StoryHeaders |
         route=own.get(ROUTE, ""),
         park_token=own.get(PARK_TOKEN, ""),
         deaths=int(own.get(DEATHS) or 0),
+        dead_class=DeadClass.from_label(own.get(DEAD_CLASS, "")),
     )

@@ -11,7 +11,9 @@ from email.utils import parsedate_to_datetime
 
 import grpc
 
-from siding.model import ACK, Outcome, OutcomeKind, Result, Verdict
+from siding.model import ACK, DeadClass, DeadKind, Outcome, OutcomeKind, Result, Verdict
+
+TOO_LARGE = DeadClass(DeadKind.TOO_LARGE)
 
 # CANCELLED: the server dropped the call (overloaded past its concurrency cap, or shutting down);
 # the message itself is not to blame.
@@ -73,7 +75,8 @@ def outcome_from_result(result: Result) -> Outcome:
     if result.verdict is Verdict.ACK:
         return Outcome(OutcomeKind.ACK, outputs=result.outputs) if result.outputs else ACK
     if result.verdict is Verdict.DEAD:
-        return Outcome(OutcomeKind.DEAD, result.reason or "consumer answered DEAD")
+        reason = result.reason or "consumer answered DEAD"
+        return Outcome(OutcomeKind.DEAD, reason, dead_class=DeadClass(DeadKind.CONSUMER))
     return Outcome(
         OutcomeKind.RETRY, result.reason or "consumer answered RETRY", result.retry_after_s
     )
@@ -89,7 +92,9 @@ def outcome_from_grpc(
     if code in _GRPC_ACK:
         return ACK
     if code in _GRPC_DEAD:
-        return Outcome(OutcomeKind.DEAD, reason)
+        return Outcome(
+            OutcomeKind.DEAD, reason, dead_class=DeadClass.of_status(f"grpc {code.name}")
+        )
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details.lower():
         # gRPC's own size limit ("Received message larger than max"): this message will never
         # fit, however long we wait; every other RESOURCE_EXHAUSTED means "slow down".
@@ -121,15 +126,17 @@ def outcome_from_http(
     if status == 408 or status >= 500:
         return Outcome(OutcomeKind.RETRY, reason)
     if status == 413:
-        return Outcome(OutcomeKind.DEAD, f"{reason}: message too large for the endpoint")
+        return Outcome(
+            OutcomeKind.DEAD, f"{reason}: message too large for the endpoint", dead_class=TOO_LARGE
+        )
     if 400 <= status < 500:
-        return Outcome(OutcomeKind.DEAD, reason)
+        return Outcome(OutcomeKind.DEAD, reason, dead_class=DeadClass.of_status(reason))
     return Outcome(OutcomeKind.RETRY, f"{reason}: unexpected status")
 
 
 def too_large(reason: str) -> Outcome:
     """The consumer's transport refused the delivery for its size: permanent, to the DLQ."""
-    return Outcome(OutcomeKind.DEAD, f"message too large: {reason}")
+    return Outcome(OutcomeKind.DEAD, f"message too large: {reason}", dead_class=TOO_LARGE)
 
 
 def oversize(details: str) -> tuple[int, int] | None:

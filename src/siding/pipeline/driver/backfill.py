@@ -39,13 +39,14 @@ from siding.pipeline.driver.backfill_range import (
 )
 from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.controls import RouteControls
-from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.topics import carried, topic_specs
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.offline import moves
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
 from siding.routing.audit import who
 from siding.routing.producer import DurableProducer
+from siding.steps import StepCounts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -239,7 +240,7 @@ def run_backfill(
             route=delivering,
             lane=0,
             client_conf=client_conf,
-            parking=KeyParking(naming.state_topic(route.name, naming.KEYS)),
+            waits=KeyWaits(naming.state_topic(route.name, naming.KEYS)),
             state_producer=producer,
             stop=stop or threading.Event(),
             sink=BatchSink(collect),
@@ -263,12 +264,12 @@ def run_backfill(
                 )
                 results.clear()
                 handler(frame, number)
-                read = sum(r.records for r in results)
+                counts = StepCounts.total(r.counts for r in results)
                 for name, value in (
-                    ("records", read),
-                    ("acked", sum(r.acked for r in results)),
-                    ("laned", sum(r.to_lane for r in results)),
-                    ("dead", sum(r.to_dlq for r in results)),
+                    ("records", counts.records),
+                    ("acked", counts.acked),
+                    ("laned", counts.to_lane),
+                    ("dead", counts.to_dlq),
                 ):
                     state.counts[name] = state.counts.get(name, 0) + value
                 state.done.update({tp: stop_at for tp, (_, stop_at) in chunk.items()})

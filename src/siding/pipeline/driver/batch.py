@@ -1,7 +1,7 @@
 """foreachBatch glue: one micro-batch of one lane of one route, on the driver.
 
 The batch returns (and Spark may commit its offsets) only when every task has delivered its slice
-and written its lane/DLQ records durably, and the key-parking state is written too.
+and written its lane/DLQ records durably, and key mode's state (its waiting records) is written too.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from siding import naming
@@ -21,7 +21,7 @@ from siding.model import Ordering
 from siding.pipeline.driver.batchlog import log_batch
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
-from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.executor.plan import build_plan
 from siding.pipeline.executor.progress import ProgressPlan
@@ -63,20 +63,32 @@ class BatchSink:
         self.on_result(route, lane, results, seconds)
 
 
+_NO_WAITS = KeyWaits("")
+
+
 @dataclass
 class LaneBatchHandler:
     route: RouteConfig
     lane: int
     client_conf: Mapping[str, object]
-    parking: KeyParking
     state_producer: DurableProducer
     stop: threading.Event
+    # Key mode's waiting records of the route, shared by all its lanes (required).
+    waits: KeyWaits = _NO_WAITS
     sink: BatchSink = field(default_factory=BatchSink)
     attempts: int = 3
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
     progress: ProgressStore | None = None
+    # The old keyword for ``waits``, kept until driver/app.py (the route object) passes waits=.
+    parking: InitVar[KeyWaits | None] = None
+
+    def __post_init__(self, parking: KeyWaits | None) -> None:
+        if parking is not None:
+            self.waits = parking
+        if self.waits is _NO_WAITS:
+            raise TypeError("LaneBatchHandler needs waits= (the route's KeyWaits)")
 
     @property
     def query(self) -> str:
@@ -102,9 +114,9 @@ class LaneBatchHandler:
                 tasks = max(self.parallelism, self.route.min_partitions)
                 rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
             done = self._run_with_retries(rows, batch_id)
-            events = [event for result in done for event in result.park_events]
-            with self.parking.write_lock:
-                state = self.parking.apply(events)
+            events = [event for result in done for event in result.wait_events]
+            with self.waits.write_lock:
+                state = self.waits.apply(events)
                 if state:
                     self._write_state(state, batch_id)
             results = done
@@ -165,7 +177,7 @@ class LaneBatchHandler:
             self.lane,
             self.client_conf,
             rdd.getNumPartitions(),
-            self.parking.snapshot(),
+            self.waits.snapshot(),
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
             registry_topic=self.controls.registry_topic,
             drain_file=self.drain.signal_file(self.route.name),

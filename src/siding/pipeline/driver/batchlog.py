@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from siding import naming
 from siding.dispatch import BreakerState, BreakerTransition
 from siding.pipeline.executor.result import TaskResult
+from siding.steps import StepCounts
 
 log = logging.getLogger("siding.batches")
 
@@ -18,19 +19,15 @@ log = logging.getLogger("siding.batches")
 class BatchSummary:
     route: str
     lane: str
-    records: int
-    acked: int
-    to_lane: int
-    to_dlq: int
-    parked: int
-    held: int
+    counts: StepCounts
     seconds: float
 
     def message(self) -> str:
+        c = self.counts
         return (
-            f"route {self.route} {self.lane}: {self.records} records in {self.seconds:.3f}s"
-            f" (acked {self.acked}, to lanes {self.to_lane}, dead {self.to_dlq},"
-            f" parked {self.parked}, held {self.held})"
+            f"route {self.route} {self.lane}: {c.records} records in {self.seconds:.3f}s"
+            f" (acked {c.acked}, to lanes {c.to_lane}, dead {c.to_dlq},"
+            f" parked {c.parked}, held {c.held})"
         )
 
     def fields(self) -> dict[str, object]:
@@ -39,30 +36,20 @@ class BatchSummary:
             "event": "batch",
             "route": self.route,
             "lane": self.lane,
-            "records": self.records,
-            "acked": self.acked,
-            "to_lane": self.to_lane,
-            "dead": self.to_dlq,
-            "parked": self.parked,
-            "held": self.held,
+            "records": self.counts.records,
+            "acked": self.counts.acked,
+            "to_lane": self.counts.to_lane,
+            "dead": self.counts.to_dlq,
+            "parked": self.counts.parked,
+            "held": self.counts.held,
             "seconds": round(self.seconds, 3),
         }
 
 
 def summarise(route: str, lane: int, results: Iterable[TaskResult], seconds: float) -> BatchSummary:
     """Pure: one batch's task results, summed."""
-    results = list(results)
-    return BatchSummary(
-        route=route,
-        lane=naming.lane_label(lane),
-        records=sum(r.records for r in results),
-        acked=sum(r.acked for r in results),
-        to_lane=sum(r.to_lane for r in results),
-        to_dlq=sum(r.to_dlq for r in results),
-        parked=sum(r.parked for r in results),
-        held=sum(r.held for r in results),
-        seconds=seconds,
-    )
+    counts = StepCounts.total(r.counts for r in results)
+    return BatchSummary(route, naming.lane_label(lane), counts, seconds)
 
 
 @dataclass(frozen=True, slots=True)

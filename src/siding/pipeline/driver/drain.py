@@ -122,12 +122,12 @@ def fields(
 
 def answered(results: Iterable[TaskResult]) -> int:
     """Calls of a batch that have an answer (acked, to a lane, dead)."""
-    return sum(r.acked + r.to_lane + r.to_dlq for r in results)
+    return sum(r.counts.acked + r.counts.to_lane + r.counts.to_dlq for r in results)
 
 
 def handed_unsent(results: Iterable[TaskResult]) -> int:
     """Records of a batch handed to the park lane without a call running for them."""
-    return sum(r.parked - len(r.running_parked) for r in results)
+    return sum(r.counts.parked - len(r.running_parked) for r in results)
 
 
 class Drain:

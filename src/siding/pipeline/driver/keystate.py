@@ -1,6 +1,7 @@
-"""Key mode across batches: which records of each key sit in retry lanes or are held (driver side).
+"""Key mode across batches: which records of each key wait out of the line, in retry lanes or
+held (driver side).
 
-Every batch of every lane of a route reads a snapshot, and reports park/release events when it
+Every batch of every lane of a route reads a snapshot, and reports wait/release events when it
 ends. The state is kept durable in a compacted topic (``siding.naming.state_topic(route, "keys")``),
 written before the batch may commit, and read back when the route starts.
 """
@@ -12,7 +13,7 @@ import struct
 import threading
 from collections.abc import Iterable, Mapping
 
-from siding.dispatch.keyorder import OrderKey, ParkedRecord, ParkEvent
+from siding.dispatch.keyorder import OrderKey, WaitEvent, WaitingRecord
 from siding.routing.producer import OutRecord
 
 
@@ -26,8 +27,8 @@ def decode_key(data: bytes) -> OrderKey:
     return (int(partition), data[4:])
 
 
-def encode_value(records: Mapping[int, ParkedRecord]) -> bytes | None:
-    """``None`` (a tombstone) once nothing of the key is parked."""
+def encode_value(records: Mapping[int, WaitingRecord]) -> bytes | None:
+    """``None`` (a tombstone) once nothing of the key waits."""
     if not records:
         return None
     rows = [
@@ -37,62 +38,63 @@ def encode_value(records: Mapping[int, ParkedRecord]) -> bytes | None:
     return json.dumps(rows, separators=(",", ":")).encode()
 
 
-def decode_value(data: bytes | None) -> dict[int, ParkedRecord]:
+def decode_value(data: bytes | None) -> dict[int, WaitingRecord]:
     if not data:
         return {}
-    return {int(o): ParkedRecord(int(o), int(lane), int(nb)) for o, lane, nb in json.loads(data)}
+    return {int(o): WaitingRecord(int(o), int(lane), int(nb)) for o, lane, nb in json.loads(data)}
 
 
 MAX_EARLY_RELEASES = 100_000
 
 
-class KeyParking:
-    """Thread-safe: the main lane's and the retry lanes' batches run on different driver threads."""
+class KeyWaits:
+    """Key mode's waiting records of a route, by key. Thread-safe: the main lane's and the retry
+    lanes' batches run on different driver threads."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self._lock = threading.Lock()
-        self._parked: dict[OrderKey, dict[int, ParkedRecord]] = {}
-        # A retry lane can finish a record before the main-lane batch that parked it has ended
-        # (its events arrive at batch end): remember such early releases so the late park
-        # event does not park a record that is already done.
+        self._waiting: dict[OrderKey, dict[int, WaitingRecord]] = {}
+        # A retry lane can finish a record before the main-lane batch that sent it there has
+        # ended (its events arrive at batch end): remember such early releases so the late wait
+        # event does not make a record that is already done wait.
         self._released_early: dict[tuple[OrderKey, int], None] = {}
         # Serialises apply + write, so the compacted topic ends on the latest state.
         self.write_lock = threading.Lock()
 
-    def snapshot(self) -> dict[OrderKey, tuple[ParkedRecord, ...]]:
+    def snapshot(self) -> dict[OrderKey, tuple[WaitingRecord, ...]]:
         with self._lock:
             return {
                 key: tuple(sorted(records.values(), key=lambda r: r.offset))
-                for key, records in self._parked.items()
+                for key, records in self._waiting.items()
             }
 
-    def apply(self, events: Iterable[ParkEvent]) -> list[OutRecord]:
+    def apply(self, events: Iterable[WaitEvent]) -> list[OutRecord]:
         """Apply a batch's events; returns the state records to write for the keys that changed."""
         changed: set[OrderKey] = set()
         with self._lock:
             for event in events:
                 early = (event.key, event.offset)
                 if event.lane is None:
-                    if self._parked.get(event.key, {}).pop(event.offset, None) is None:
+                    if self._waiting.get(event.key, {}).pop(event.offset, None) is None:
                         self._remember_early(early)
                         continue
                 elif early in self._released_early:
                     del self._released_early[early]
                     continue
                 else:
-                    records = self._parked.setdefault(event.key, {})
-                    record = ParkedRecord(event.offset, event.lane, event.not_before_ms)
+                    records = self._waiting.setdefault(event.key, {})
+                    record = WaitingRecord(event.offset, event.lane, event.not_before_ms)
                     if records.get(event.offset) == record:
                         continue  # held again, unchanged: nothing to write
                     records[event.offset] = record
                 changed.add(event.key)
             out = []
             for key in changed:
-                records = self._parked.get(key, {})
+                records = self._waiting.get(key, {})
                 out.append(OutRecord(self.topic, encode_key(key), encode_value(records), ()))
                 if not records:
-                    self._parked.pop(key, None)
+                    self._waiting.pop(key, None)
             return out
 
     def _remember_early(self, early: tuple[OrderKey, int]) -> None:
@@ -104,12 +106,16 @@ class KeyParking:
         """Rebuild from the compacted topic, read from the beginning (later records win)."""
         with self._lock:
             for key, value in records:
-                parked = decode_value(value)
-                if parked:
-                    self._parked[decode_key(key)] = parked
+                waiting = decode_value(value)
+                if waiting:
+                    self._waiting[decode_key(key)] = waiting
                 else:
-                    self._parked.pop(decode_key(key), None)
+                    self._waiting.pop(decode_key(key), None)
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(len(r) for r in self._parked.values())
+            return sum(len(r) for r in self._waiting.values())
+
+
+# The old name, kept until driver/app.py (and the route object that takes its place) says KeyWaits.
+KeyParking = KeyWaits

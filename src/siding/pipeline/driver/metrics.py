@@ -17,6 +17,7 @@ from siding.model import OutcomeKind
 from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.batchlog import breaker_changes
 from siding.pipeline.executor.result import TaskResult
+from siding.steps import StepCounts
 
 RATE_WINDOW_S = 10.0
 MAX_RECENT_HOLDOUTS = 10
@@ -30,14 +31,7 @@ K = TypeVar("K")
 class LaneMetrics:
     """Everything known about one lane of one route, summed since start."""
 
-    records: int = 0
-    acked: int = 0
-    to_lane: int = 0
-    to_dlq: int = 0
-    parked: int = 0
-    held: int = 0
-    # Output records produced for the lane's finished records (docs/outputs.md).
-    outputs: int = 0
+    counts: StepCounts = field(default_factory=StepCounts)
     batches: int = 0
     sends: int = 0
     outcomes: Mapping[OutcomeKind, int] = field(default_factory=dict)
@@ -133,19 +127,14 @@ def fold_batch(
             for c in sorted(breaker_changes(results), key=lambda c: c.transition.wall)
         ),
     )[-MAX_BREAKER_HISTORY:]
-    settled = sum(r.records for r in results)
+    counts = StepCounts.total(r.counts for r in results)
+    settled = counts.records
     # Tasks of one batch run at the same time, so their windows add up.
     in_flight = _batch_in_flight(stats)
     recent = tuple(p for p in (*current.recent, (now, settled)) if now - p[0] <= window_s)
     return replace(
         current,
-        records=current.records + settled,
-        acked=current.acked + sum(r.acked for r in results),
-        to_lane=current.to_lane + sum(r.to_lane for r in results),
-        to_dlq=current.to_dlq + sum(r.to_dlq for r in results),
-        parked=current.parked + sum(r.parked for r in results),
-        held=current.held + sum(r.held for r in results),
-        outputs=current.outputs + sum(r.outputs for r in results),
+        counts=current.counts + counts,
         batches=current.batches + 1,
         sends=current.sends + sum(s.sends for s in stats),
         outcomes=outcomes,

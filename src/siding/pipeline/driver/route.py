@@ -19,7 +19,7 @@ from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
-from siding.pipeline.driver.keystate import KeyParking
+from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.park_batch import ParkBatchHandler
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
@@ -43,7 +43,7 @@ class RouteRuntime:
     refuse a checkpoint owned by another cluster, topic or route; take the checkpoint's lock;
     check the sources and create the topics the route writes (``topics.prepare``); record the
     checkpoint's owner; reconcile the group with the checkpoint (``moves``).
-    ``start(spark)``: restore the key-mode waits (``KeyParking``); open the state producer;
+    ``start(spark)``: restore the key-mode waits (``KeyWaits``); open the state producer;
     tail the progress topic (``ProgressStore``); per lane, its commit target, batch handler
     and query; if the route parks (or did), tail the settlements (``SettlementStore``) and
     start the park lane the same way.
@@ -141,8 +141,8 @@ class RouteRuntime:
         assert self._prepared is not None, "open the route first"
         route, client_conf = self.route, self.config.kafka.client_config()
         present = self._prepared.present
-        parking = KeyParking(naming.state_topic(route.name, "keys"))
-        parking.restore(read_to_end(client_conf, parking.topic))
+        waits = KeyWaits(naming.state_topic(route.name, naming.KEYS))
+        waits.restore(read_to_end(client_conf, waits.topic))
         self._producer = state_producer = DurableProducer(client_conf)
         held = topics.held_topics(route, present)
         progress = self._progress_store()
@@ -159,7 +159,7 @@ class RouteRuntime:
                 route=route,
                 lane=lane,
                 client_conf=client_conf,
-                parking=parking,
+                waits=waits,
                 state_producer=state_producer,
                 stop=self.stop_event,
                 sink=self.sink,

@@ -24,10 +24,9 @@ from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import Incoming, incoming
 from siding.pipeline.executor.task import dead_reasons, deliver, route_out, tally
 from siding.pipeline.executor.worker import runtime
-from siding.policy import Done, ToDlq, ToLane, next_step
-from siding.routing.producer import OutRecord
-from siding.routing.records import park_record
+from siding.policy import next_step
 from siding.routing.settlement import Settlement
+from siding.steps import Backoff, Done, Parked, StepCounts, Stop, ToDlq, ToLane
 
 
 def sort_parked(
@@ -41,7 +40,7 @@ def sort_parked(
     for item in items:
         delivery = item.delivery
         if item.malformed:
-            finished.append(Settled(Work(delivery), ToDlq(item.malformed)))
+            finished.append(Settled(Work(delivery), item.dead_letter))
             continue
         settlement = settlements.get(item.park_token)
         deaths = item.deaths
@@ -54,10 +53,12 @@ def sort_parked(
                 now_ms,
                 max_retry_after_s=plan.route.max_retry_after,
             )
-            if isinstance(step, Done | ToLane | ToDlq):
-                finished.append(Settled(Work(delivery), step))
-                continue
-            # BACKOFF or GONE for the parked call: ask again, here, where it can wait.
+            match step:
+                case Done() | ToLane() | ToDlq():
+                    finished.append(Settled(Work(delivery), step))
+                    continue
+                case Backoff() | Stop():
+                    pass  # the parked call's endpoint was down or gone: ask again, here
         elif item.not_before_ms > now_ms:
             later.append(item)
             continue
@@ -79,27 +80,19 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
         settled += report.settled
         stats = report.stats
     hops = {i.delivery.id: i.hops for i in items if i.hops}
-    out: list[OutRecord] = route_out(plan, settled, hops, int(time.time() * 1000))
-    out += [
-        park_record(
-            i.delivery,
-            token=i.park_token,
-            not_before_ms=i.not_before_ms,
-            hops=i.hops,
-            route=plan.route.name,
-            park_topic=plan.park_topic,
-            deaths=i.deaths,
-        )
-        for i in later
+    # Not due yet: parked again as it was, under its call's token (not counted: not settled).
+    again_parked = [
+        Settled(Work(i.delivery), Parked(i.park_token, i.not_before_ms, i.deaths)) for i in later
     ]
+    out = route_out(plan, [*settled, *again_parked], hops, int(time.time() * 1000))
     if out:
         runtime().producer(plan.client_conf).write(out)
     used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
     result = tally(settled, stats=stats, used_tokens=used, dead_reasons=dead_reasons(settled))
     # A parked call's outputs were written by the worker before its settlement: counted here,
     # when the park lane finishes the record (docs/outputs.md).
-    written = sum(plan.settlements[token].outputs for token in used)
-    return replace(result, outputs=result.outputs + written)
+    written = StepCounts(outputs=sum(plan.settlements[token].outputs for token in used))
+    return replace(result, counts=result.counts + written)
 
 
 def settle_partition(plan: TaskPlan) -> Any:

@@ -13,8 +13,8 @@ from siding.dispatch import (
     BreakerSettings,
     DispatchSettings,
     OrderKey,
-    ParkedRecord,
     ParkSettings,
+    WaitingRecord,
 )
 from siding.model import Ordering
 from siding.pipeline.executor.progress import ProgressPlan
@@ -33,7 +33,8 @@ class TaskPlan:
     park_topic: str
     settle_topic: str
     hold_topic: str
-    parked: Mapping[OrderKey, tuple[ParkedRecord, ...]] = field(default_factory=dict)
+    # Key mode: per key, the records waiting out of the line (in a lane or held), not parked calls.
+    waiting: Mapping[OrderKey, tuple[WaitingRecord, ...]] = field(default_factory=dict)
     tasks: int = 1
     # The park lane only: what the calls behind this batch's parked records answered.
     settlements: Mapping[str, Settlement] = field(default_factory=dict)
@@ -103,7 +104,7 @@ def build_plan(
     lane: int,
     client_conf: Mapping[str, object],
     tasks: int,
-    parked: Mapping[OrderKey, tuple[ParkedRecord, ...]],
+    waiting: Mapping[OrderKey, tuple[WaitingRecord, ...]],
     *,
     settlements: Mapping[str, Settlement] | None = None,
     breaker_epoch: int = 0,
@@ -124,7 +125,7 @@ def build_plan(
         park_topic=naming.park_topic(route.name),
         settle_topic=naming.state_topic(route.name, "settled"),
         hold_topic=naming.hold_topic(route.name),
-        parked=parked if route.ordering is Ordering.KEY else {},
+        waiting=waiting if route.ordering is Ordering.KEY else {},
         tasks=max(1, tasks),
         settlements=dict(settlements or {}),
         breaker_epoch=breaker_epoch,

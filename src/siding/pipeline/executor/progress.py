@@ -102,11 +102,11 @@ def skippable(
     *,
     lane: int,
     ordering: Ordering,
-    parked: Mapping[OrderKey, object],
+    waiting: Mapping[OrderKey, object],
 ) -> bool:
     """Whether a replayed batch may leave ``delivery`` out: its outcome is durable, and leaving
     it out changes nothing else. In key mode only an ACK counts, and only where the ACK would
-    report nothing to the key state (no key, or the main lane with nothing of the key parked):
+    report nothing to the key state (no key, or the main lane with nothing of the key waiting):
     a record moved to a lane or held must be dispatched again so its key stays blocked behind
     it, and a release must reach the key state."""
     if ordering is Ordering.UNORDERED:
@@ -114,7 +114,7 @@ def skippable(
     if not has(known.acked, delivery):
         return False
     key = order_key(delivery, ordering)
-    return key is None or (lane == 0 and key not in parked)
+    return key is None or (lane == 0 and key not in waiting)
 
 
 def split(
@@ -123,7 +123,7 @@ def split(
     *,
     lane: int,
     ordering: Ordering,
-    parked: Mapping[OrderKey, object],
+    waiting: Mapping[OrderKey, object],
 ) -> tuple[list[int], list[int]]:
     """Indexes of ``deliveries`` to dispatch, and of those to skip."""
     if not known:
@@ -131,7 +131,7 @@ def split(
     keep: list[int] = []
     skip: list[int] = []
     for index, delivery in enumerate(deliveries):
-        done = skippable(delivery, known, lane=lane, ordering=ordering, parked=parked)
+        done = skippable(delivery, known, lane=lane, ordering=ordering, waiting=waiting)
         (skip if done else keep).append(index)
     return keep, skip
 

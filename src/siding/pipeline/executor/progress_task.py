@@ -78,7 +78,7 @@ class Tracker:
         known = self._known()
         self.slice = [i.delivery for i in items]
         keep, skip = split(
-            self.slice, known, lane=plan.lane, ordering=plan.route.ordering, parked=plan.parked
+            self.slice, known, lane=plan.lane, ordering=plan.route.ordering, waiting=plan.waiting
         )
         self.skipped = len(skip)
         self._carried = restrict(known, [self.slice[i] for i in skip])

@@ -1,25 +1,21 @@
-"""What one Spark task reports to the driver: small counts, stats and key-mode events."""
+"""What one Spark task reports to the driver: small counts, stats and key mode's wait events."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from siding.dispatch import DispatchStats
-from siding.dispatch.keyorder import ParkEvent
+from siding.dispatch.keyorder import WaitEvent
+from siding.steps import StepCounts
 
 
 @dataclass(frozen=True)
 class TaskResult:
-    """What the driver learns from one task (small: counts, stats, key-parking events)."""
+    """What the driver learns from one task (small: counts, stats, key mode's wait events)."""
 
-    records: int = 0
-    acked: int = 0
-    to_lane: int = 0
-    to_dlq: int = 0
-    parked: int = 0
-    held: int = 0
+    counts: StepCounts = field(default_factory=StepCounts)
     stats: DispatchStats | None = None
-    park_events: tuple[ParkEvent, ...] = ()
+    wait_events: tuple[WaitEvent, ...] = ()
     dead_reasons: dict[str, int] = field(default_factory=dict)
     pid: int = 0
     host: str = ""
@@ -30,5 +26,3 @@ class TaskResult:
     running_parked: tuple[tuple[str, int], ...] = ()
     # A replayed batch: records left out because an earlier attempt made them durable.
     skipped: int = 0
-    # Output records produced for the records this task finished (docs/outputs.md).
-    outputs: int = 0

@@ -6,8 +6,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from siding.model import Delivery, LaneHop, delivery_id
+from siding.model import DeadClass, DeadKind, Delivery, LaneHop, delivery_id
 from siding.routing import story
+from siding.steps import ToDlq
 
 # Columns every lane's batch is reduced to before it is shipped to the tasks.
 COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "ts_ms")
@@ -20,6 +21,7 @@ SELECT_EXPR = (
     "headers",
     "unix_millis(timestamp) AS ts_ms",
 )
+_MALFORMED = DeadClass(DeadKind.MALFORMED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,13 @@ class Incoming:
     malformed: str = ""
     park_token: str = ""
     deaths: int = 0
+    # The class of ``malformed``: a garbled story, or a record too large to send.
+    dead_class: DeadClass = _MALFORMED
+
+    @property
+    def dead_letter(self) -> ToDlq:
+        """The step of an item that cannot be delivered (``malformed`` says why)."""
+        return ToDlq(self.malformed, self.dead_class)
 
 
 def _headers(raw: Sequence[Any] | None) -> list[tuple[str, bytes | None]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
 import sys
 import time
@@ -20,22 +19,20 @@ from typing import Any
 from siding.dispatch import (
     DispatchReport,
     DispatchSettings,
-    Parked,
     Settled,
     Work,
     dispatch,
     flood_exceeded,
 )
-from siding.dispatch.keyorder import HELD, Held, ParkEvent, order_key
+from siding.dispatch.keyorder import HELD, WaitEvent, order_key
 from siding.errors import DlqFloodError
-from siding.model import Delivery, LaneHop
+from siding.model import DeadClass, DeadKind, Delivery, LaneHop
 from siding.pipeline.executor.parked import Adoption
 from siding.pipeline.executor.plan import TaskPlan
 from siding.pipeline.executor.progress_task import Tracker, begin
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import Incoming, incoming, too_large
 from siding.pipeline.executor.worker import POOL, runtime
-from siding.policy import Done, ToDlq, ToLane
 from siding.routing.outputs import output_records
 from siding.routing.producer import OutRecord
 from siding.routing.records import (
@@ -44,6 +41,16 @@ from siding.routing.records import (
     lane_record,
     park_record,
     requeue_record,
+)
+from siding.steps import (
+    Done,
+    Held,
+    Parked,
+    Resent,
+    StepCounts,
+    ToDlq,
+    ToLane,
+    reason_class,
 )
 from siding.transport.base import Transport
 
@@ -56,53 +63,68 @@ LIVE_WRITE_S = 5.0
 def route_out(
     plan: TaskPlan, settled: Sequence[Settled], hops: dict[str, tuple[LaneHop, ...]], now_ms: int
 ) -> list[OutRecord]:
+    """The records to write for each item's step, in item order (a ``Done`` item's outputs)."""
     out: list[OutRecord] = []
+    route = plan.route.name
     for item in settled:
-        delivery, step = item.work.delivery, item.step
+        delivery = item.work.delivery
         before = hops.get(delivery.id, ())
-        if isinstance(step, Done):
-            # Written with the lane records, acknowledged before the task returns (outputs.md).
-            out += output_records(delivery, step.outputs, plan.route.name)
-        elif isinstance(step, ToLane):
-            out.append(
-                lane_record(
-                    delivery,
-                    step,
-                    hops=before,
-                    now_ms=now_ms,
-                    route=plan.route.name,
-                    lane_topic=retry_topic(plan, delivery),
+        match item.step:
+            case Done(outputs=outputs):
+                # Written with the lane records, acknowledged before the task returns (outputs.md).
+                out += output_records(delivery, outputs, route)
+            case ToLane() as step:
+                lane_topic = retry_topic(plan, delivery)
+                out.append(
+                    lane_record(
+                        delivery,
+                        step,
+                        hops=before,
+                        now_ms=now_ms,
+                        route=route,
+                        lane_topic=lane_topic,
+                    )
                 )
-            )
-        elif isinstance(step, Parked):
-            out.append(
-                park_record(
-                    delivery,
-                    token=step.token,
-                    not_before_ms=step.not_before_ms,
-                    hops=before,
-                    route=plan.route.name,
-                    park_topic=plan.park_topic,
-                    deaths=step.deaths,
+            case Parked(token=token, not_before_ms=not_before_ms, deaths=deaths):
+                out.append(
+                    park_record(
+                        delivery,
+                        token=token,
+                        not_before_ms=not_before_ms,
+                        hops=before,
+                        route=route,
+                        park_topic=plan.park_topic,
+                        deaths=deaths,
+                    )
                 )
-            )
-        elif isinstance(step, Held):
-            out.append(
-                hold_record(
-                    delivery, step, hops=before, route=plan.route.name, hold_topic=plan.hold_topic
+            case Held() as step:
+                out.append(
+                    hold_record(
+                        delivery, step, hops=before, route=route, hold_topic=plan.hold_topic
+                    )
                 )
-            )
-        elif isinstance(step, ToDlq):
-            out.append(
-                dlq_record(
-                    delivery,
-                    step,
-                    hops=before,
-                    now_ms=now_ms,
-                    route=plan.route.name,
-                    dlq_topic=plan.dlq_topic,
+            case ToDlq() as step:
+                out.append(
+                    dlq_record(
+                        delivery,
+                        step,
+                        hops=before,
+                        now_ms=now_ms,
+                        route=route,
+                        dlq_topic=plan.dlq_topic,
+                    )
                 )
-            )
+            case Resent(not_before_ms=not_before_ms):
+                lane_topic = retry_topic(plan, delivery)
+                out.append(
+                    requeue_record(
+                        delivery,
+                        not_before_ms=not_before_ms,
+                        hops=before,
+                        route=route,
+                        lane_topic=lane_topic,
+                    )
+                )
     return out
 
 
@@ -140,28 +162,29 @@ def slice_work(plan: TaskPlan, items: Sequence[Incoming], skip: set[str]) -> lis
     ]
 
 
-def park_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[ParkEvent, ...]:
-    """Key mode: a record that went to a lane is parked there, one that waits behind an earlier
+def wait_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[WaitEvent, ...]:
+    """Key mode: a record that went to a lane waits there, one that waits behind an earlier
     record of its key is held; one that finished is released."""
-    events: list[ParkEvent] = []
+    events: list[WaitEvent] = []
     for item in settled:
         key = order_key(item.work.delivery, plan.route.ordering)
         if key is None:
             continue
-        step = item.step
-        if isinstance(step, Parked):
-            continue  # key mode never parks
-        if isinstance(step, ToLane):
-            events.append(ParkEvent(key, item.work.delivery.offset, step.lane, step.not_before_ms))
-        elif isinstance(step, Held):
-            events.append(ParkEvent(key, item.work.delivery.offset, HELD))
-        elif plan.lane > 0 or key in plan.parked:
-            events.append(ParkEvent(key, item.work.delivery.offset, None))
+        offset = item.work.delivery.offset
+        match item.step:
+            case ToLane(lane=lane, not_before_ms=not_before_ms):
+                events.append(WaitEvent(key, offset, lane, not_before_ms))
+            case Held():
+                events.append(WaitEvent(key, offset, HELD))
+            case Done() | ToDlq() if plan.lane > 0 or key in plan.waiting:
+                events.append(WaitEvent(key, offset, None))
+            case _:
+                pass  # key mode never parks calls; a resent record's key stays blocked
     return tuple(events)
 
 
 def _malformed(items: Sequence[Incoming]) -> list[Settled]:
-    return [Settled(Work(i.delivery), ToDlq(i.malformed)) for i in items if i.malformed]
+    return [Settled(Work(i.delivery), i.dead_letter) for i in items if i.malformed]
 
 
 def screen(items: Sequence[Incoming], limit: int) -> list[Incoming]:
@@ -169,7 +192,9 @@ def screen(items: Sequence[Incoming], limit: int) -> list[Incoming]:
     reason, and records larger than the route's ``max_message_bytes`` are dead-lettered unsent
     (a consumer's transport refusing them would look like an outage and loop for ever)."""
     return [
-        i if i.malformed or not (reason := too_large(i, limit)) else replace(i, malformed=reason)
+        i
+        if i.malformed or not (reason := too_large(i, limit))
+        else replace(i, malformed=reason, dead_class=DeadClass(DeadKind.TOO_LARGE))
         for i in items
     ]
 
@@ -205,25 +230,16 @@ def run_slice(
     report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
-    dead = [s for s in settled if isinstance(s.step, ToDlq)]
+    dead = dead_letters(settled)
     route = plan.route
     if flood_exceeded(len(dead), len(settled), route.dlq_flood_ratio, route.dlq_flood_min_batch):
         raise DlqFloodError(
             f"route {route.name}: {len(dead)} of {len(settled)} records turned DEAD in one task"
             f" (more than dlq_flood_ratio={route.dlq_flood_ratio:g}); refusing to dead-letter them."
-            f" First reason: {dead[0].step.reason if isinstance(dead[0].step, ToDlq) else ''}"
+            f" First reason: {dead[0].reason}"
         )
-    out = route_out(plan, settled, hops, int(time.time() * 1000))
-    out += [
-        requeue_record(
-            i.delivery,
-            not_before_ms=i.not_before_ms,
-            hops=i.hops,
-            route=route.name,
-            lane_topic=retry_topic(plan, i.delivery),
-        )
-        for i in later
-    ]
+    resent = [Settled(Work(i.delivery), Resent(i.not_before_ms)) for i in later]
+    out = route_out(plan, [*settled, *resent], hops, int(time.time() * 1000))
     if out:
         runtime().producer(plan.client_conf).write(out)
     progress.written(plan)
@@ -239,11 +255,10 @@ def run_slice(
         )
     return tally(
         settled,
-        parked=len(report.parked_items),
         running_parked=running_parked(report),
         stats=report.stats,
-        park_events=park_events(plan, settled),
-        dead_reasons=dead_reasons(dead),
+        wait_events=wait_events(plan, settled),
+        dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
     )
 
@@ -251,50 +266,25 @@ def run_slice(
 def running_parked(report: DispatchReport) -> tuple[tuple[str, int], ...]:
     """(token, not-before ms) of each call the dispatch parked still running."""
     not_before = {
-        s.step.token: s.step.not_before_ms for s in report.settled if isinstance(s.step, Parked)
+        step.token: step.not_before_ms for s in report.settled if isinstance(step := s.step, Parked)
     }
     return tuple((call.token, not_before[call.token]) for call in report.parked)
 
 
-# Dead-letter reasons that siding writes itself, by the start of their text, and their class.
-_REASON_CLASSES = (
-    ("the consumer died", "consumer died"),
-    ("message too large", "too large"),
-    ("http 413", "too large"),
-    ("retries exhausted", "retries exhausted"),
-    ("malformed", "malformed"),
-    ("record in a retry lane without", "malformed"),
-    ("record without", "malformed"),
-)
-_STATUS = re.compile(r"(http \d{3}|grpc [A-Z_]+)\b")
+def dead_letters(settled: Iterable[Settled]) -> list[ToDlq]:
+    """The steps of the items that go to the DLQ."""
+    return [step for s in settled if isinstance(step := s.step, ToDlq)]
 
 
-def reason_class(reason: str) -> str:
-    """A dead letter's reason as a metric label from a bounded set: siding's own reasons by
-    class, a transport status (``http 422``, ``grpc INVALID_ARGUMENT``), and everything else (the
-    consumer's own text, which stays whole in the letter's headers) as ``consumer said dead``."""
-    text = reason.strip()
-    for start, label in _REASON_CLASSES:
-        if text.startswith(start):
-            return label
-    status = _STATUS.match(text)
-    return status.group(1) if status else "consumer said dead"
-
-
-def dead_reasons(settled: Sequence[Settled]) -> dict[str, int]:
+def dead_reasons(settled: Iterable[Settled]) -> dict[str, int]:
     """Dead letters counted by ``reason_class``."""
-    return dict(Counter(reason_class(s.step.reason) for s in settled if isinstance(s.step, ToDlq)))
+    return dict(Counter(reason_class(d.reason, d.dead_class) for d in dead_letters(settled)))
 
 
 def tally(settled: Sequence[Settled], **extra: Any) -> TaskResult:
     """A task's result: its records counted by step, plus ``extra`` fields."""
     return TaskResult(
-        records=len(settled),
-        acked=sum(1 for s in settled if isinstance(s.step, Done)),
-        to_lane=sum(1 for s in settled if isinstance(s.step, ToLane)),
-        to_dlq=sum(1 for s in settled if isinstance(s.step, ToDlq)),
-        held=sum(1 for s in settled if isinstance(s.step, Held)),
-        outputs=sum(len(s.step.outputs) for s in settled if isinstance(s.step, Done)),
+        counts=StepCounts.of(s.step for s in settled),
         pid=os.getpid(),
         host=socket.gethostname(),
         **extra,
@@ -345,7 +335,7 @@ def deliver(
             transport,
             work,
             settings,
-            parked=plan.parked,
+            waiting=plan.waiting,
             breaker=breaker,
             park_timer=timer,
         )
