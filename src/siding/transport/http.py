@@ -190,7 +190,7 @@ class HttpTransport:
     headers that were not forwarded.
     """
 
-    # An answer longer than this is not read (only an excerpt of a refusal is kept).
+    # How much of a refusal is read, for the excerpt its reason quotes (an ack's outputs apart).
     default_max_response_bytes = DEFAULT_MAX_RESPONSE_BYTES
 
     def __init__(self, spec: WebhookSpec) -> None:
