@@ -29,9 +29,10 @@ from siding.model import Delivery
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
 from siding.transport.grpc_batch import GrpcBatchTransport
+from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
-from siding.transport.http import HttpTransport
+from siding.transport.http import HttpTransport, WebhookSpec
 from siding.transport.http_batch import HttpBatchTransport
 
 RESULTS = Path(__file__).parent / "results" / "transport.json"
@@ -98,38 +99,34 @@ async def measure(
 def bench(count: int, in_flight: int, batches: tuple[int, ...] = BATCHES) -> list[Run]:
     runs: list[Run] = []
     with SimConsumerProcess(SimSettings("grpc")) as sim:
-        target = sim.target
+        spec = ChannelSpec(sim.target)
         runs.append(
-            asyncio.run(measure("grpc-unary", lambda: GrpcUnaryTransport(target), count, in_flight))
+            asyncio.run(measure("grpc-unary", lambda: GrpcUnaryTransport(spec), count, in_flight))
         )
         runs.append(
-            asyncio.run(
-                measure("grpc-stream", lambda: GrpcStreamTransport(target), count, in_flight)
-            )
+            asyncio.run(measure("grpc-stream", lambda: GrpcStreamTransport(spec), count, in_flight))
         )
         for size in batches:
             limits = BatchLimits(size, LINGER_S, MAX_BYTES)
 
             def grpc_batch(limits: BatchLimits = limits) -> Transport:
-                return GrpcBatchTransport(target, limits=limits)
+                return GrpcBatchTransport(spec, limits=limits)
 
             window = max(in_flight, 2 * size)
             name = f"grpc-batch/{size}"
             runs.append(asyncio.run(measure(name, grpc_batch, count, window, size)))
     with SimConsumerProcess(SimSettings("http", webhook_secret=SECRET)) as sim:
-        url = sim.url
+        webhook = WebhookSpec(sim.url, secret=SECRET, max_connections=in_flight)
 
         def http() -> Transport:
-            return HttpTransport(url, secret=SECRET, max_connections=in_flight)
+            return HttpTransport(webhook)
 
         runs.append(asyncio.run(measure("http (signed)", http, count, in_flight)))
         for size in batches:
             limits = BatchLimits(size, LINGER_S, MAX_BYTES)
 
             def http_batch(limits: BatchLimits = limits) -> Transport:
-                return HttpBatchTransport(
-                    url, limits=limits, secret=SECRET, max_connections=in_flight
-                )
+                return HttpBatchTransport(webhook, limits=limits)
 
             window = max(in_flight, 2 * size)
             name = f"http-batch/{size} (signed)"

@@ -27,6 +27,7 @@ from siding.consumer import (
 )
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport.batching import BatchLimits
+from siding.transport.http import WebhookSpec
 from siding.transport.http_batch import HttpBatchTransport
 
 SECRET = "whsec_" + base64.b64encode(b"b" * 32).decode()
@@ -83,7 +84,9 @@ async def consumer() -> AsyncIterator[Consumer]:
 
 @pytest.fixture
 async def transport(consumer: Consumer) -> AsyncIterator[HttpBatchTransport]:
-    sender = HttpBatchTransport(consumer.url, limits=LIMITS, secret=SECRET, bearer_token="t0ken")
+    sender = HttpBatchTransport(
+        WebhookSpec(consumer.url, secret=SECRET, bearer_token="t0ken"), limits=LIMITS
+    )
     try:
         yield sender
     finally:

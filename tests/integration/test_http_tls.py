@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from siding.model import Delivery, OutcomeKind
-from siding.transport.http import HttpTransport
+from siding.transport.http import HttpTransport, WebhookSpec
 from siding.transport.tls import ClientTls
 
 DELIVERY = Delivery(id="t/0/1", topic="t", partition=0, offset=1, key=None, value=b"v")
@@ -62,7 +62,7 @@ async def https_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
 
 
 async def test_a_self_signed_certificate_is_refused_by_default(https_url: str) -> None:
-    sender = HttpTransport(https_url)
+    sender = HttpTransport(WebhookSpec(https_url))
     try:
         outcome = await sender.send(DELIVERY, 5.0)
         up = await sender.probe()
@@ -77,7 +77,7 @@ async def test_a_self_signed_certificate_is_refused_by_default(https_url: str) -
 async def test_a_self_signed_certificate_is_trusted_through_ca_file(
     https_url: str, certificate: tuple[Path, Path]
 ) -> None:
-    sender = HttpTransport(https_url, ca_file=str(certificate[0]))
+    sender = HttpTransport(WebhookSpec(https_url, ca_file=str(certificate[0])))
     try:
         outcome = await sender.send(DELIVERY, 5.0)
         up = await sender.probe()
@@ -89,7 +89,7 @@ async def test_a_self_signed_certificate_is_trusted_through_ca_file(
 
 
 async def test_verification_is_off_only_when_asked_for(https_url: str) -> None:
-    sender = HttpTransport(https_url, insecure=True)
+    sender = HttpTransport(WebhookSpec(https_url, insecure=True))
     try:
         outcome = await sender.send(DELIVERY, 5.0)
     finally:
@@ -101,7 +101,9 @@ async def test_verification_is_off_only_when_asked_for(https_url: str) -> None:
 async def test_an_inline_ca_from_the_config_is_trusted(
     https_url: str, certificate: tuple[Path, Path]
 ) -> None:
-    sender = HttpTransport(https_url, client_tls=ClientTls(ca_pem=certificate[0].read_bytes()))
+    sender = HttpTransport(
+        WebhookSpec(https_url, client_tls=ClientTls(ca_pem=certificate[0].read_bytes()))
+    )
     try:
         outcome = await sender.send(DELIVERY, 5.0)
     finally:
@@ -126,7 +128,7 @@ async def test_mutual_tls_needs_the_client_certificate(
 ) -> None:
     cert, key = (p.read_bytes() for p in certificate)
     material = ClientTls(cert, cert, key) if with_client_cert else ClientTls(ca_pem=cert)
-    sender = HttpTransport(mutual_tls_url, client_tls=material)
+    sender = HttpTransport(WebhookSpec(mutual_tls_url, client_tls=material))
     try:
         outcome = await sender.send(DELIVERY, 5.0)
     finally:

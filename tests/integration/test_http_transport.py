@@ -19,7 +19,7 @@ from multidict import CIMultiDictProxy
 
 from siding.consumer.webhook import WebhookVerificationError, verify_webhook
 from siding.model import Delivery, OutcomeKind, Output, delivery_id
-from siding.transport.http import HttpTransport
+from siding.transport.http import HttpTransport, WebhookSpec
 from siding_consumer import ack
 from siding_consumer.envelope import single_answer
 
@@ -78,7 +78,7 @@ async def consumer() -> AsyncIterator[Consumer]:
 
 @pytest.fixture
 async def transport(consumer: Consumer) -> AsyncIterator[HttpTransport]:
-    sender = HttpTransport(consumer.url, secret=SECRET, bearer_token="t0ken")
+    sender = HttpTransport(WebhookSpec(consumer.url, secret=SECRET, bearer_token="t0ken"))
     try:
         yield sender
     finally:
@@ -348,7 +348,7 @@ async def test_no_answer_within_the_deadline_is_retry(
 
 
 async def test_an_unreachable_endpoint_backs_off_and_probes_down(refused_url: str) -> None:
-    sender = HttpTransport(refused_url)
+    sender = HttpTransport(WebhookSpec(refused_url))
     try:
         outcome = await sender.send(DELIVERY, DEADLINE_S)
         up = await sender.probe()
@@ -370,7 +370,7 @@ async def test_a_connect_that_hangs_backs_off_after_the_connect_timeout() -> Non
         for filler in fillers:
             filler.setblocking(False)
             filler.connect_ex(("127.0.0.1", port))
-        sender = HttpTransport(f"http://127.0.0.1:{port}/hook", connect_timeout_s=0.3)
+        sender = HttpTransport(WebhookSpec(f"http://127.0.0.1:{port}/hook", connect_timeout_s=0.3))
         try:
             started = time.monotonic()
             outcome = await sender.send(DELIVERY, DEADLINE_S)
@@ -418,7 +418,7 @@ async def test_an_endless_answer_is_cut_not_buffered(consumer: Consumer) -> None
         return response
 
     consumer.answer = flood
-    sender = HttpTransport(consumer.url, max_response_bytes=64 * 1024)
+    sender = HttpTransport(WebhookSpec(consumer.url, max_response_bytes=64 * 1024))
     try:
         started = time.monotonic()
         outcome = await sender.send(DELIVERY, DEADLINE_S)
@@ -435,7 +435,7 @@ async def test_an_endless_answer_is_cut_not_buffered(consumer: Consumer) -> None
 
 
 async def test_connections_are_pooled_and_limited(consumer: Consumer) -> None:
-    sender = HttpTransport(consumer.url, max_connections=2)
+    sender = HttpTransport(WebhookSpec(consumer.url, max_connections=2))
     try:
         outcomes = await asyncio.gather(*(sender.send(DELIVERY, DEADLINE_S) for _ in range(20)))
         await sender.send(DELIVERY, DEADLINE_S)
@@ -448,7 +448,7 @@ async def test_connections_are_pooled_and_limited(consumer: Consumer) -> None:
 
 
 def test_a_transport_belongs_to_one_event_loop_until_closed(refused_url: str) -> None:
-    sender = HttpTransport(refused_url)
+    sender = HttpTransport(WebhookSpec(refused_url))
     with asyncio.Runner() as first, asyncio.Runner() as second:
         assert first.run(sender.probe()) is False
         with pytest.raises(RuntimeError, match="another event loop"):
@@ -460,7 +460,7 @@ def test_a_transport_belongs_to_one_event_loop_until_closed(refused_url: str) ->
 
 
 def test_a_transport_whose_loop_ended_without_close_starts_afresh(refused_url: str) -> None:
-    sender = HttpTransport(refused_url)
+    sender = HttpTransport(WebhookSpec(refused_url))
     # The abandoned session complains (ResourceWarning) whenever it is collected.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
@@ -483,7 +483,7 @@ async def test_a_consumer_that_dies_on_the_request_makes_it_a_suspect() -> None:
 
     server = await asyncio.start_server(crash, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    transport = HttpTransport(f"http://127.0.0.1:{port}/")
+    transport = HttpTransport(WebhookSpec(f"http://127.0.0.1:{port}/"))
     try:
         outcome = await transport.send(Delivery(delivery_id("t", 0, 1), "t", 0, 1, None, b"x"), 5)
     finally:

@@ -16,6 +16,7 @@ from siding.consumer import ConsumerServer, DeadLetter, Reply, ack, dead, retry
 from siding.consumer.reply import reply_for_exception
 from siding.errors import SidingError
 from siding.model import Delivery, OutcomeKind, Verdict
+from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
 
@@ -65,7 +66,7 @@ async def test_handler_exceptions_over_the_wire(kind: type[Transport]) -> None:
         timestamp_ms=1_700_000_000_123, attempt=4, lane=2,
     )  # fmt: skip
     async with ConsumerServer(handle) as server:
-        client = kind(server.target)
+        client = kind(ChannelSpec(server.target))
         try:
             outcomes = await asyncio.gather(
                 client.send(delivery(1, b"dead"), 5),
@@ -99,7 +100,7 @@ async def test_a_stream_handles_its_deliveries_concurrently() -> None:
         return ack()
 
     async with ConsumerServer(handle) as server:
-        client = GrpcStreamTransport(server.target)
+        client = GrpcStreamTransport(ChannelSpec(server.target))
         try:
             outcomes = await asyncio.gather(*(client.send(delivery(n), 5) for n in range(10)))
         finally:
@@ -126,7 +127,7 @@ async def test_stop_finishes_deliveries_in_flight_and_takes_no_new_ones(
     handler = Held()
     server = ConsumerServer(handler, grace_s=10)
     await server.start()
-    client, other = kind(server.target), GrpcUnaryTransport(server.target)
+    client, other = kind(ChannelSpec(server.target)), GrpcUnaryTransport(ChannelSpec(server.target))
     try:
         in_flight = asyncio.create_task(client.send(delivery(1, b"hold"), 20))
         await asyncio.wait_for(handler.arrived.wait(), 5)
@@ -147,7 +148,7 @@ async def test_stop_cancels_what_outlives_the_grace_period() -> None:
     handler = Held()
     server = ConsumerServer(handler)
     await server.start()
-    client = GrpcStreamTransport(server.target)
+    client = GrpcStreamTransport(ChannelSpec(server.target))
     try:
         in_flight = asyncio.create_task(client.send(delivery(1, b"hold"), 30))
         await asyncio.wait_for(handler.arrived.wait(), 5)
@@ -189,7 +190,7 @@ async def test_serve_blocks_until_sigterm_then_exits_cleanly() -> None:
         sock.bind(("127.0.0.1", 0))
         listen = f"127.0.0.1:{sock.getsockname()[1]}"
     proc = subprocess.Popen([sys.executable, "-c", _SERVE, listen])
-    client = GrpcUnaryTransport(listen)
+    client = GrpcUnaryTransport(ChannelSpec(listen))
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30

@@ -16,6 +16,7 @@ from siding.consumer import ConsumerServer, Reply, ack, dead, retry
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport.batching import BatchLimits
 from siding.transport.grpc_batch import GrpcBatchTransport
+from siding.transport.grpc_common import ChannelSpec
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -87,7 +88,7 @@ async def served(servicer: object) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def batching(target: str, limits: BatchLimits = LIMITS) -> AsyncIterator[GrpcBatchTransport]:
-    transport = GrpcBatchTransport(target, limits=limits)
+    transport = GrpcBatchTransport(ChannelSpec(target), limits=limits)
     try:
         yield transport
     finally:

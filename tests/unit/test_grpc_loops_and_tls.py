@@ -12,6 +12,7 @@ import pytest
 from siding.consumer import ConsumerServer, Reply, ack
 from siding.devkit.sim_consumer import SimConsumer
 from siding.model import Delivery, OutcomeKind
+from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
 
@@ -33,7 +34,7 @@ def test_one_transport_serves_batch_after_batch_each_in_its_own_loop(
     sim: SimConsumer, kind: type[Transport]
 ) -> None:
     # Given a transport built outside any event loop (as a Spark worker would keep it)
-    client = kind(sim.target)
+    client = kind(ChannelSpec(sim.target))
 
     async def batch(first: int, close: bool) -> set[OutcomeKind]:
         outcomes = await asyncio.gather(*(client.send(delivery(first + n), 5) for n in range(20)))
@@ -70,9 +71,11 @@ async def test_tls_verifies_the_server_against_the_ca_file(
 ) -> None:
     cert, key = _self_signed(tmp_path)
     async with ConsumerServer(_ack, tls_cert_file=cert, tls_key_file=key) as server:
-        trusted = kind(server.target, tls=True, ca_file=cert)
-        untrusted = kind(server.target, tls=True)  # system roots: our certificate is unknown
-        plain = kind(server.target)
+        trusted = kind(ChannelSpec(server.target, tls=True, ca_file=cert))
+        untrusted = kind(
+            ChannelSpec(server.target, tls=True)
+        )  # system roots: our certificate is unknown
+        plain = kind(ChannelSpec(server.target))
         try:
             assert (await trusted.send(delivery(1), 5)).kind is OutcomeKind.ACK
             assert await trusted.probe()

@@ -17,6 +17,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 
 from siding.consumer import ConsumerServer, Reply, ack, dead, retry
 from siding.model import Delivery, Outcome, OutcomeKind
+from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
@@ -113,7 +114,7 @@ async def scripted_server(servicer: Scripted, health: str | None = None) -> Asyn
 
 @asynccontextmanager
 async def transport(kind: type[T], target: str, **kwargs: Any) -> AsyncIterator[T]:
-    client = kind(target, **kwargs)
+    client = kind(ChannelSpec(target, **kwargs))
     try:
         yield client
     finally:

@@ -13,6 +13,7 @@ from siding.model import Delivery, delivery_id
 from siding.transport.http import (
     MAX_FORWARDED_VALUE_BYTES,
     HttpTransport,
+    WebhookSpec,
     build_headers,
     header_value,
     printable_key,
@@ -240,13 +241,15 @@ def test_bad_transport_settings_are_config_errors(kwargs: dict[str, Any], key: s
     settings: dict[str, Any] = {"url": "https://consumer.example/hook"} | kwargs
 
     with pytest.raises(ConfigError) as caught:
-        HttpTransport(**settings)
+        HttpTransport(WebhookSpec(**settings))
     assert caught.value.key == key
 
 
 def test_the_repr_never_shows_credentials() -> None:
     transport = HttpTransport(
-        "https://user:hunter2@consumer.example/hook", secret=SECRET, bearer_token="t0ken"
+        WebhookSpec(
+            "https://user:hunter2@consumer.example/hook", secret=SECRET, bearer_token="t0ken"
+        )
     )
 
     text = repr(transport)

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
-import pytest
-
 from siding.dispatch.keyorder import HELD, WaitEvent
-from siding.pipeline.driver.batch import LaneBatchHandler
-from siding.pipeline.driver.keystate import KeyParking, KeyWaits, decode_value
+from siding.pipeline.driver.keystate import KeyWaits, decode_value
 
 KEY = (0, b"k")
 
@@ -54,14 +48,3 @@ def test_held_records_survive_a_restore_and_a_release_empties_the_key() -> None:
     tomb = restored.apply([WaitEvent(KEY, 10, None), WaitEvent(KEY, 12, None)])
     assert [r.value for r in tomb] == [None]
     assert restored.snapshot() == {}
-
-
-def test_a_lane_handler_takes_the_route_waits_and_the_old_keyword_until_the_merge() -> None:
-    waits = KeyWaits("state")
-    given: dict[str, Any] = {"route": None, "lane": 0, "client_conf": {}, "state_producer": None}
-    stop = threading.Event()
-    assert LaneBatchHandler(**given, stop=stop, waits=waits).waits is waits
-    assert LaneBatchHandler(**given, stop=stop, parking=waits).waits is waits
-    assert KeyParking is KeyWaits
-    with pytest.raises(TypeError, match="waits="):
-        LaneBatchHandler(**given, stop=stop)

@@ -15,6 +15,7 @@ from siding.consumer import Delivery as ConsumerDelivery
 from siding.model import Delivery, OutcomeKind, delivery_id
 from siding.pipeline.executor.rows import Incoming, wire_size
 from siding.pipeline.executor.task import screen
+from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import RESEND, GrpcStreamTransport, stream_ended
 from siding.transport.grpc_unary import GrpcUnaryTransport
 from siding.transport.outcomes import outcome_from_grpc, outcome_from_http, oversize
@@ -111,7 +112,7 @@ async def test_a_consumer_with_grpcs_default_receive_limit_refuses_a_6_mib_deliv
     consumer_pb2_grpc.add_ConsumerServicer_to_server(AckAll(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    transport = GrpcUnaryTransport(f"127.0.0.1:{port}")
+    transport = GrpcUnaryTransport(ChannelSpec(f"127.0.0.1:{port}"))
     try:
         # When a 6 MiB delivery is sent, and then a small one
         big = await transport.send(item(1, 6 * MiB).delivery, 10)
@@ -135,7 +136,7 @@ async def test_on_the_stream_only_the_delivery_the_consumer_refused_for_its_size
     # siding's own limit above it
     limit = (("grpc.max_receive_message_length", MiB),)
     async with ConsumerServer(slow_ack, options=limit) as server:
-        transport = GrpcStreamTransport(server.target)
+        transport = GrpcStreamTransport(ChannelSpec(server.target))
         try:
             # When ten small deliveries are out and a 2 MiB one follows (the consumer breaks
             # the stream with the small ones in its hands)

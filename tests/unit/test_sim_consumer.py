@@ -34,9 +34,10 @@ from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
 from siding.transport.grpc_batch import GrpcBatchTransport
+from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.transport.grpc_unary import GrpcUnaryTransport
-from siding.transport.http import HttpTransport
+from siding.transport.http import HttpTransport, WebhookSpec
 from siding.transport.http_batch import HttpBatchTransport
 
 SECRET = "whsec_" + "c2lkaW5nLXNpbXVsYXRlZC1jb25zdW1lcg=="
@@ -202,12 +203,12 @@ async def _send_all(
 def _client(transport: str, sim: SimConsumer) -> Transport:
     limits = BatchLimits(max_items=16, linger_s=0.005, max_bytes=1 << 20)
     if transport == "grpc":
-        return GrpcStreamTransport(sim.target)
+        return GrpcStreamTransport(ChannelSpec(sim.target))
     if transport == "grpc-batch":
-        return GrpcBatchTransport(sim.target, limits=limits)
+        return GrpcBatchTransport(ChannelSpec(sim.target), limits=limits)
     if transport == "http-batch":
-        return HttpBatchTransport(sim.url, limits=limits, secret=SECRET)
-    return HttpTransport(sim.url, secret=SECRET)
+        return HttpBatchTransport(WebhookSpec(sim.url, secret=SECRET), limits=limits)
+    return HttpTransport(WebhookSpec(sim.url, secret=SECRET))
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http", "grpc-batch", "http-batch"])
@@ -242,7 +243,9 @@ def test_fates_over_the_wire_match_the_plan(transport: str, tmp_path: Path) -> N
 def test_http_refuses_a_bad_signature_as_unauthorised() -> None:
     with SimConsumer(SimSettings("http", webhook_secret=SECRET)) as sim:
         wrong = "whsec_" + "b3RoZXItc2VjcmV0LW90aGVyLXNlY3JldA=="
-        outcomes = asyncio.run(_send_all(HttpTransport(sim.url, secret=wrong), [delivery(1)]))
+        outcomes = asyncio.run(
+            _send_all(HttpTransport(WebhookSpec(sim.url, secret=wrong)), [delivery(1)])
+        )
     assert outcomes[0].kind is OutcomeKind.BACKOFF
     assert "401" in outcomes[0].reason
 
@@ -252,7 +255,8 @@ def test_retry_retry_then_ack() -> None:
     with SimConsumer(settings) as sim:
         attempts = [delivery(1, attempt=a) for a in (1, 2, 3)]
         outcomes = [
-            asyncio.run(_send_all(GrpcUnaryTransport(sim.target), [d]))[0] for d in attempts
+            asyncio.run(_send_all(GrpcUnaryTransport(ChannelSpec(sim.target)), [d]))[0]
+            for d in attempts
         ]
     assert [o.kind for o in outcomes] == [OutcomeKind.RETRY, OutcomeKind.RETRY, OutcomeKind.ACK]
 
@@ -260,7 +264,7 @@ def test_retry_retry_then_ack() -> None:
 def test_the_record_is_readable_while_running(tmp_path: Path) -> None:
     record = tmp_path / "record.csv"
     with SimConsumer(SimSettings(record=str(record))) as sim:
-        asyncio.run(_send_all(GrpcUnaryTransport(sim.target), [delivery(1)]))
+        asyncio.run(_send_all(GrpcUnaryTransport(ChannelSpec(sim.target)), [delivery(1)]))
         rows = wait_until(lambda: read_records(record), timeout_s=5, what="a record line")
         assert rows[0].delivery_id == "orders/0/1"
 
@@ -269,12 +273,12 @@ def test_stop_and_start_again_on_the_same_port() -> None:
     sim = SimConsumer().start()
     try:
         target = sim.target
-        first = asyncio.run(_send_all(GrpcUnaryTransport(target), [delivery(1)]))[0]
+        first = asyncio.run(_send_all(GrpcUnaryTransport(ChannelSpec(target)), [delivery(1)]))[0]
         sim.stop()
-        down = asyncio.run(_send_all(GrpcUnaryTransport(target), [delivery(2)]))[0]
+        down = asyncio.run(_send_all(GrpcUnaryTransport(ChannelSpec(target)), [delivery(2)]))[0]
         sim.start()
         assert sim.target == target
-        back = asyncio.run(_send_all(GrpcUnaryTransport(target), [delivery(3)]))[0]
+        back = asyncio.run(_send_all(GrpcUnaryTransport(ChannelSpec(target)), [delivery(3)]))[0]
     finally:
         sim.stop()
     assert [first.kind, down.kind, back.kind] == [
@@ -288,11 +292,17 @@ def test_a_sim_process_runs_the_cli_and_restarts_on_its_port() -> None:
     settings = SimSettings("http", Behaviour(dead_ratio=1.0), webhook_secret=SECRET)
     with SimConsumerProcess(settings) as sim:
         url = sim.url
-        first = asyncio.run(_send_all(HttpTransport(url, secret=SECRET), [delivery(1)]))[0]
+        first = asyncio.run(
+            _send_all(HttpTransport(WebhookSpec(url, secret=SECRET)), [delivery(1)])
+        )[0]
         sim.stop()
-        down = asyncio.run(_send_all(HttpTransport(url, secret=SECRET), [delivery(2)]))[0]
+        down = asyncio.run(
+            _send_all(HttpTransport(WebhookSpec(url, secret=SECRET)), [delivery(2)])
+        )[0]
         sim.start()
-        back = asyncio.run(_send_all(HttpTransport(sim.url, secret=SECRET), [delivery(3)]))[0]
+        back = asyncio.run(
+            _send_all(HttpTransport(WebhookSpec(sim.url, secret=SECRET)), [delivery(3)])
+        )[0]
     assert sim.url == url
     assert [first.kind, down.kind, back.kind] == [
         OutcomeKind.DEAD,

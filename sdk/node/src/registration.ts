@@ -97,6 +97,38 @@ export function advertised(listen: string, port: number): string {
   return `${host}:${port}`;
 }
 
+/** Where a server that joins listens and how siding reaches it. */
+export interface ListeningServer {
+  readonly listen: string;
+  /** The port bound (the listen port, or the one picked for port 0). */
+  readonly port: number;
+  readonly transport: Transport;
+  readonly logger: Logger;
+}
+
+/**
+ * The `join` option of ConsumerServer or WebhookServer, for the server that now listens: its
+ * registration (undefined without the option). The address defaults to `advertised`.
+ */
+export function serverRegistration(join: JoinOptions | undefined, server: ListeningServer): Registration | undefined {
+  if (join === undefined) return undefined;
+  const address = join.address ?? advertised(server.listen, server.port);
+  return new Registration({ ...join, address, transport: server.transport, logger: server.logger });
+}
+
+/**
+ * Join with a server's registration once the server listens; when siding refuses, stop the
+ * server (`stopServer`) and throw. The server's stop() leaves first, with `registration.stop()`.
+ */
+export async function joinOrStop(registration: Registration | undefined, stopServer: () => Promise<void>): Promise<void> {
+  try {
+    await registration?.start();
+  } catch (error) {
+    await stopServer();
+    throw error;
+  }
+}
+
 /**
  * One instance's registration on one route: `await start()` joins and renews in the background
  * every lease/3; a renewal answered 404 joins again; a connection error or a 5xx is retried

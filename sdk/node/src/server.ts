@@ -6,7 +6,7 @@ import * as grpc from "@grpc/grpc-js";
 import { type Delivery, type DeliveryMessage, deliveryFromMessage } from "./delivery.js";
 import { HealthService } from "./health.js";
 import { CONSUMER_SERVICE, services } from "./proto.js";
-import { type JoinOptions, Registration, advertised } from "./registration.js";
+import { type JoinOptions, type Registration, joinOrStop, serverRegistration } from "./registration.js";
 import { type Output, type Reply, replyForReturn, replyForThrow } from "./reply.js";
 import { untilSignalled } from "./signals.js";
 
@@ -273,21 +273,9 @@ export class ConsumerServer {
       });
     });
     this.server = server;
-    const join = this.options.join;
-    if (join !== undefined) {
-      this.registration = new Registration({
-        ...join,
-        address: join.address ?? advertised(this.listen, this.boundPort),
-        transport: this.options.tls ? "grpcs" : "grpc",
-        logger: this.logger,
-      });
-      try {
-        await this.registration.start();
-      } catch (error) {
-        await this.stop(0);
-        throw error;
-      }
-    }
+    const transport = this.options.tls ? "grpcs" : "grpc";
+    this.registration = serverRegistration(this.options.join, { listen: this.listen, port: this.boundPort, transport, logger: this.logger });
+    await joinOrStop(this.registration, () => this.stop(0));
     return this;
   }
 

@@ -12,7 +12,7 @@ import {
   isBatch,
   singleAnswer,
 } from "./envelope.js";
-import { type JoinOptions, Registration, advertised } from "./registration.js";
+import { type JoinOptions, type Registration, joinOrStop, serverRegistration } from "./registration.js";
 import { type Handler, type Logger, runHandler } from "./server.js";
 import { DEFAULT_TOLERANCE_SECONDS, WebhookVerificationError, secretKey, verifyWebhook } from "./signing.js";
 import { untilSignalled } from "./signals.js";
@@ -201,21 +201,9 @@ export class WebhookServer {
     const address = server.address();
     this.boundPort = typeof address === "object" && address !== null ? address.port : port;
     this.server = server;
-    const join = this.options.join;
-    if (join !== undefined) {
-      this.registration = new Registration({
-        ...join,
-        address: join.address ?? advertised(this.listen, this.boundPort),
-        transport: "http",
-        logger: this.options.logger ?? console,
-      });
-      try {
-        await this.registration.start();
-      } catch (error) {
-        await this.stop(0);
-        throw error;
-      }
-    }
+    const logger = this.options.logger ?? console;
+    this.registration = serverRegistration(this.options.join, { listen: this.listen, port: this.boundPort, transport: "http", logger });
+    await joinOrStop(this.registration, () => this.stop(0));
     return this;
   }
 

@@ -225,4 +225,20 @@ describe("Registration against a siding on loopback", () => {
     assert.equal(siding.state.consumers.size, 0);
     assert.equal(siding.of("DELETE").length, 2);
   });
+
+  it("a server whose join is refused stops (its port is free again) and throws", async () => {
+    const join = { controlUrl: url, route: ROUTE, token: "wrong" };
+    const quiet = recorder().logger;
+    const servers = [
+      (listen) => new ConsumerServer(() => ack(), { listen, join, logger: quiet }),
+      (listen) => new WebhookServer(() => ack(), { listen, secret: null, join, logger: quiet }),
+    ];
+    for (const make of servers) {
+      const refused = make("127.0.0.1:0");
+      await assert.rejects(refused.start(), (error) => error instanceof RegistrationError && error.status === 403);
+      const again = make(`127.0.0.1:${refused.port}`);
+      await assert.rejects(again.start(), RegistrationError); // it could bind the same port
+      assert.ok(!(again.registration?.consumer));
+    }
+  });
 });

@@ -17,23 +17,15 @@ from rich.progress import (
 )
 
 from siding.cli import logs
-from siding.cli.registered import with_api_route
-from siding.config import load_config
+from siding.cli.args import CONFIG, ROUTE, load_route
 
 if TYPE_CHECKING:
     from siding.pipeline.driver.backfill import Progress as Done
 
 
 @click.command("backfill")
-@click.option(
-    "-c",
-    "--config",
-    "path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default="siding.toml",
-    show_default=True,
-)
-@click.option("--route", "route", required=True, help="The route's name.")
+@CONFIG
+@ROUTE
 @click.option(
     "--from",
     "start",
@@ -68,8 +60,7 @@ def backfill(
     from siding.pipeline.driver.backfill_range import parse_bound, rate_and_eta
 
     logs.to_stderr("siding.backfill")
-    config = with_api_route(load_config(path), route)
-    chosen = config.route_named(route)
+    config, chosen = load_route(path, route)
     now_ms = round(time.time() * 1000)
     single = chosen.single_topic
     first = parse_bound(start, single_topic=single, now_ms=now_ms, option="--from")

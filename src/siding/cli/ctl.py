@@ -13,14 +13,15 @@ from typing import Any
 
 import click
 
+from siding.cli.args import CONTROL_CONFIG, CONTROL_URL, control_url
 from siding.config import interpolate, load_config
 
 TOKEN_ENV = "SIDING_CONTROL_TOKEN"
 
 
 @click.group()
-@click.option("-c", "--config", "path", type=click.Path(dir_okay=False), help="siding.toml")
-@click.option("--url", help="The control API, e.g. http://127.0.0.1:9464 (default: the config's).")
+@CONTROL_CONFIG
+@CONTROL_URL
 @click.option(
     "--token", envvar=TOKEN_ENV, help=f"Bearer token (env {TOKEN_ENV}; default: the config's)."
 )
@@ -31,11 +32,7 @@ def ctl(ctx: click.Context, path: str | None, url: str | None, token: str | None
     if path is not None:
         config = load_config(path)
         if url is None:
-            address = config.control.address()
-            if address is None:
-                raise click.UsageError("the config turns the control API off ([control] listen)")
-            host, port = address
-            url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}"
+            url = control_url(config)
         if token is None and config.control.token is not None:
             token = config.control.token.get_secret_value()
     if url is None:

@@ -12,8 +12,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from siding.cli.registered import with_api_route
-from siding.config import load_config
+from siding.cli.args import CONFIG, ROUTE, load_route
 from siding.dlq.filters import LetterFilter, build_filter
 
 if TYPE_CHECKING:
@@ -29,15 +28,8 @@ _FORMAT = click.Choice(["table", "json"])
 def _common(command: F) -> F:
     """``-c/--config``, ``--route`` and the filters every dlq command takes."""
     options = [
-        click.option(
-            "-c",
-            "--config",
-            "path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default="siding.toml",
-            show_default=True,
-        ),
-        click.option("--route", "route", required=True, help="The route's name."),
+        CONFIG,
+        ROUTE,
         click.option("--since", help="Died at or after: ISO time or an age such as 2h."),
         click.option("--until", help="Died before: ISO time or an age such as 30m."),
         click.option("--reason", help="Reason matches this (Java) regular expression."),
@@ -56,7 +48,7 @@ class _Job:
     ) -> None:
         from siding.dlq.read import open_scope
 
-        self.config = with_api_route(load_config(path), route)
+        self.config, _ = load_route(path, route)
         self.chosen: LetterFilter = build_filter(
             since=since,
             until=until,

@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from siding.cli import logs
-from siding.cli.registered import with_api_route
-from siding.config import load_config
+from siding.cli.args import CONFIG, ROUTE, load_route
 
 if TYPE_CHECKING:
     from siding.pipeline.offline.moves import RouteOffsets
@@ -26,15 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _common(command: F) -> F:
     options = [
-        click.option(
-            "-c",
-            "--config",
-            "path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default="siding.toml",
-            show_default=True,
-        ),
-        click.option("--route", "route", required=True, help="The route's name."),
+        CONFIG,
+        ROUTE,
         click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table."),
         click.option(
             "--topic",
@@ -60,8 +52,7 @@ def show(path: Path, route: str, as_json: bool, topic: str | None) -> None:
     route that reads several topics shows each (or the one given by --topic)."""
     from siding.pipeline.offline import moves, positions
 
-    config = with_api_route(load_config(path), route)
-    chosen = config.route_named(route)
+    config, chosen = load_route(path, route)
     several = topic is None and chosen.single_topic is None
     topics = moves.source_topics(config, chosen) if several else (topic,)
     shown = []
@@ -129,7 +120,7 @@ def reset(
     else:
         target = positions.Target("offsets", offsets=positions.parse_offsets(to_offset or ""))
     logs.to_stderr("siding.offsets")
-    config = with_api_route(load_config(path), route)
+    config, _ = load_route(path, route)
     outcome = moves.reset(config, route, target, execute=execute, topic=topic)
     if as_json:
         data = {

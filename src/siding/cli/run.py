@@ -11,6 +11,7 @@ from types import FrameType
 import click
 
 from siding.cli import logs
+from siding.cli.args import CONFIG
 from siding.config import load_config
 
 log = logging.getLogger("siding.run")
@@ -51,14 +52,7 @@ def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
 
 
 @click.command("run")
-@click.option(
-    "-c",
-    "--config",
-    "path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default="siding.toml",
-    show_default=True,
-)
+@CONFIG
 @click.option(
     "--log-level",
     type=click.Choice(logs.LEVELS, case_sensitive=False),

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from siding.cli.args import CONTROL_CONFIG, CONTROL_URL, control_url
 from siding.config import load_config
 
 
@@ -89,8 +90,8 @@ def read_status(url: str) -> dict[str, Any]:
 
 
 @click.command()
-@click.option("-c", "--config", "path", type=click.Path(dir_okay=False), help="siding.toml")
-@click.option("--url", help="The control API, e.g. http://127.0.0.1:9464 (default: the config's).")
+@CONTROL_CONFIG
+@CONTROL_URL
 @click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds per refresh.")
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
 def top(path: str | None, url: str | None, interval: float, once: bool) -> None:
@@ -98,11 +99,7 @@ def top(path: str | None, url: str | None, interval: float, once: bool) -> None:
     if url is None:
         if path is None:
             raise click.UsageError("give -c FILE or --url")
-        address = load_config(path).control.address()
-        if address is None:
-            raise click.UsageError("the config turns the control API off ([control] listen)")
-        host, port = address
-        url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}"
+        url = control_url(load_config(path))
     url = url.rstrip("/")
     console = Console()
     if once:

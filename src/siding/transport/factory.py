@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from siding.config import Endpoint, RouteConfig
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
 from siding.transport.tls import ClientTls
+
+if TYPE_CHECKING:  # the gRPC and HTTP modules are imported only by a route that uses them
+    from siding.transport.grpc_common import ChannelSpec
+    from siding.transport.http import WebhookSpec
 
 
 def _secret(value: object) -> str | None:
@@ -38,47 +44,55 @@ def batch_limits(route: RouteConfig) -> BatchLimits | None:
     return BatchLimits(route.batch.max, route.batch.linger, max_bytes)
 
 
+def channel_spec(route: RouteConfig, endpoint: Endpoint) -> ChannelSpec:
+    """How the gRPC transports reach ``endpoint``: its TLS, the route's token, and a send limit
+    of the route's ``max_message_bytes`` when it has one."""
+    from siding.transport.grpc_common import ChannelSpec
+
+    limit = route.message_limit
+    return ChannelSpec(
+        endpoint.grpc_target,
+        tls=endpoint.tls,
+        options=(("grpc.max_send_message_length", limit),) if limit else (),
+        client_tls=client_tls(route) if endpoint.tls else None,
+        token=_secret(route.auth.token),
+    )
+
+
+def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> WebhookSpec:
+    """How the HTTP transports reach ``endpoint``: the route's signing secret and token, its TLS."""
+    from siding.transport.http import WebhookSpec
+
+    auth = route.auth
+    return WebhookSpec(
+        endpoint.url,
+        secret=_secret(auth.webhook_secret),
+        bearer_token=_secret(auth.token),
+        source="kafka://{topic}",  # each delivery's origin topic
+        max_connections=max_connections,
+        client_tls=client_tls(route) if endpoint.tls else None,
+    )
+
+
 def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> Transport:
     """A new transport for one endpoint; the caller owns it (reuse it, close it)."""
-    auth = route.auth
-    token = _secret(auth.token)
-    tls = client_tls(route) if endpoint.tls else None
     limits = batch_limits(route)
     if endpoint.is_grpc:
         from siding.transport.grpc_stream import GrpcStreamTransport
         from siding.transport.grpc_unary import GrpcUnaryTransport
 
-        limit = route.message_limit
-        options = (("grpc.max_send_message_length", limit),) if limit else ()
-        target = endpoint.grpc_target
+        spec = channel_spec(route, endpoint)
         if limits is not None:
             from siding.transport.grpc_batch import GrpcBatchTransport
 
-            return GrpcBatchTransport(
-                target, limits=limits, tls=endpoint.tls, token=token, client_tls=tls,
-                options=options,
-            )  # fmt: skip
+            return GrpcBatchTransport(spec, limits=limits)
         kind = GrpcStreamTransport if route.transport == "stream" else GrpcUnaryTransport
-        return kind(target, tls=endpoint.tls, token=token, client_tls=tls, options=options)
+        return kind(spec)
+    from siding.transport.http import HttpTransport
+
+    webhook = webhook_spec(route, endpoint, max_connections)
     if limits is not None:
         from siding.transport.http_batch import HttpBatchTransport
 
-        return HttpBatchTransport(
-            endpoint.url,
-            limits=limits,
-            secret=_secret(auth.webhook_secret),
-            bearer_token=token,
-            source="kafka://{topic}",  # each delivery's origin topic
-            max_connections=max_connections,
-            client_tls=tls,
-        )
-    from siding.transport.http import HttpTransport
-
-    return HttpTransport(
-        endpoint.url,
-        secret=_secret(auth.webhook_secret),
-        bearer_token=token,
-        source="kafka://{topic}",  # each delivery's origin topic
-        max_connections=max_connections,
-        client_tls=tls,
-    )
+        return HttpBatchTransport(webhook, limits=limits)
+    return HttpTransport(webhook)

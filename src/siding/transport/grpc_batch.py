@@ -15,7 +15,7 @@ import grpc.aio
 from siding.errors import TransportError
 from siding.model import Delivery, Outcome
 from siding.transport.batching import BatchLimits, Gatherer, framed_size
-from siding.transport.grpc_common import ChannelOption, delivery_to_proto
+from siding.transport.grpc_common import ChannelSpec, delivery_to_proto
 from siding.transport.grpc_stream import (
     RESEND,
     GrpcStreamTransport,
@@ -28,7 +28,6 @@ from siding.transport.outcomes import (
     oversize,
     too_large,
 )
-from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -164,27 +163,8 @@ class GrpcBatchTransport(GrpcStreamTransport):
     attempt.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        limits: BatchLimits,
-        tls: bool = False,
-        ca_file: str | None = None,
-        client_tls: ClientTls | None = None,
-        token: str | None = None,
-        options: tuple[ChannelOption, ...] = (),
-        probe_timeout_s: float = 2.0,
-    ) -> None:
-        super().__init__(
-            target,
-            tls=tls,
-            ca_file=ca_file,
-            client_tls=client_tls,
-            token=token,
-            options=options,
-            probe_timeout_s=probe_timeout_s,
-        )
+    def __init__(self, spec: ChannelSpec, *, limits: BatchLimits) -> None:
+        super().__init__(spec)
         self.limits = limits
         self.batching = True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +104,16 @@ def call_metadata(token: str | None) -> Metadata:
 
 @dataclass(frozen=True, slots=True)
 class ChannelSpec:
-    """How to reach one endpoint. ``target`` is ``host:port`` or ``dns:///host:port``."""
+    """How to reach and call one endpoint, for any of the gRPC transports. ``target`` is
+    ``host:port`` or ``dns:///host:port``; ``token``, when set, goes with every call."""
 
     target: str
     tls: bool = False
     ca_file: str | None = None
     options: tuple[ChannelOption, ...] = ()
     client_tls: ClientTls | None = None
+    token: str | None = field(default=None, repr=False)
+    probe_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.target:

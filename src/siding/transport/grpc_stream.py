@@ -16,7 +16,6 @@ from siding.errors import TransportError
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport.batching import Expiry
 from siding.transport.grpc_common import (
-    ChannelOption,
     ChannelSpec,
     LoopChannel,
     call_metadata,
@@ -33,7 +32,6 @@ from siding.transport.outcomes import (
     oversize,
     too_large,
 )
-from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -225,20 +223,9 @@ class GrpcStreamTransport:
     new loop should ``close()`` it before that loop ends; the next ``send`` then starts afresh.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        tls: bool = False,
-        ca_file: str | None = None,
-        client_tls: ClientTls | None = None,
-        token: str | None = None,
-        options: tuple[ChannelOption, ...] = (),
-        probe_timeout_s: float = 2.0,
-    ) -> None:
-        self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options, client_tls))
-        self._metadata = call_metadata(token)
-        self._probe_timeout_s = probe_timeout_s
+    def __init__(self, spec: ChannelSpec) -> None:
+        self._channel = LoopChannel(spec)
+        self._metadata = call_metadata(spec.token)
         self._streams: list[_Stream] = []  # the first is the main one
 
     @property
@@ -296,7 +283,9 @@ class GrpcStreamTransport:
             timer.cancel()
 
     async def probe(self) -> bool:
-        return await probe_channel(self._channel.get(), self._metadata, self._probe_timeout_s)
+        return await probe_channel(
+            self._channel.get(), self._metadata, self._channel.spec.probe_timeout_s
+        )
 
     async def close(self) -> None:
         streams, self._streams = self._streams, []

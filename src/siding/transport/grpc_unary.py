@@ -9,7 +9,6 @@ import grpc.aio
 
 from siding.model import Delivery, Outcome
 from siding.transport.grpc_common import (
-    ChannelOption,
     ChannelSpec,
     LoopChannel,
     call_metadata,
@@ -18,7 +17,6 @@ from siding.transport.grpc_common import (
     result_from_proto,
 )
 from siding.transport.outcomes import outcome_from_grpc, outcome_from_timeout
-from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2_grpc
 
 _CLOCK_SLACK_S = 0.001
@@ -31,20 +29,9 @@ class GrpcUnaryTransport:
     the running loop (and again if a later call runs in another loop).
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        tls: bool = False,
-        ca_file: str | None = None,
-        client_tls: ClientTls | None = None,
-        token: str | None = None,
-        options: tuple[ChannelOption, ...] = (),
-        probe_timeout_s: float = 2.0,
-    ) -> None:
-        self._channel = LoopChannel(ChannelSpec(target, tls, ca_file, options, client_tls))
-        self._metadata = call_metadata(token)
-        self._probe_timeout_s = probe_timeout_s
+    def __init__(self, spec: ChannelSpec) -> None:
+        self._channel = LoopChannel(spec)
+        self._metadata = call_metadata(spec.token)
         self._stub: consumer_pb2_grpc.ConsumerAsyncStub | None = None
         self._stub_channel: grpc.aio.Channel | None = None
 
@@ -77,7 +64,9 @@ class GrpcUnaryTransport:
         return outcome_from_grpc(grpc.StatusCode.OK, result=result_from_proto(reply))
 
     async def probe(self) -> bool:
-        return await probe_channel(self._channel.get(), self._metadata, self._probe_timeout_s)
+        return await probe_channel(
+            self._channel.get(), self._metadata, self._channel.spec.probe_timeout_s
+        )
 
     async def close(self) -> None:
         self._stub = None

@@ -11,7 +11,7 @@ import base64
 import re
 import ssl
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import aiohttp
@@ -60,6 +60,27 @@ _RESERVED_NAMES = frozenset(
         "proxy-connection",
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSpec:
+    """How to reach, sign for and talk to one webhook endpoint, for either HTTP transport (the
+    transport checks it when it is built). HTTPS is verified against the system trust store, or
+    only ``ca_file`` when given, unless ``insecure``; ``source`` may contain ``{topic}``."""
+
+    url: str = field(repr=False)  # may carry a user and password
+    secret: str | None = field(default=None, repr=False)
+    bearer_token: str | None = field(default=None, repr=False)
+    source: str = DEFAULT_SOURCE
+    event_type: str = DEFAULT_EVENT_TYPE
+    max_connections: int = 100
+    # How much of an answer is read; None: the transport's own default.
+    max_response_bytes: int | None = None
+    connect_timeout_s: float = 10.0
+    probe_timeout_s: float = 5.0
+    ca_file: str | None = None
+    insecure: bool = False
+    client_tls: ClientTls | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,48 +186,30 @@ class HttpTransport:
     The session is created lazily inside the running event loop and belongs to that loop: to
     use the transport from another loop (say, the next batch's ``asyncio.run``), ``close()``
     it in the first loop; it then reopens in the next (a session whose loop has ended is
-    abandoned, not reused). Redirects are never followed; HTTPS is
-    verified against the system trust store, or only ``ca_file`` when given, unless
-    ``insecure=True``. ``dropped_headers`` counts Kafka headers that were not forwarded.
+    abandoned, not reused). Redirects are never followed. ``dropped_headers`` counts Kafka
+    headers that were not forwarded.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        secret: str | None = None,
-        bearer_token: str | None = None,
-        source: str = DEFAULT_SOURCE,
-        event_type: str = DEFAULT_EVENT_TYPE,
-        max_connections: int = 100,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        connect_timeout_s: float = 10.0,
-        probe_timeout_s: float = 5.0,
-        ca_file: str | None = None,
-        insecure: bool = False,
-        client_tls: ClientTls | None = None,
-    ) -> None:
-        self._url = _endpoint(url)
-        if secret is not None:
-            signing.secret_key(secret)  # fail now, not on the first delivery
-        if bearer_token is not None and not _is_token(bearer_token):
+    # How much of a refusal is read, for the excerpt its reason quotes (an ack's outputs apart).
+    default_max_response_bytes = DEFAULT_MAX_RESPONSE_BYTES
+
+    def __init__(self, spec: WebhookSpec) -> None:
+        self._url = _endpoint(spec.url)
+        if spec.secret is not None:
+            signing.secret_key(spec.secret)  # fail now, not on the first delivery
+        if spec.bearer_token is not None and not _is_token(spec.bearer_token):
             raise ConfigError("bearer_token", "must be printable ASCII without spaces")
-        for key, text in (("source", source), ("event_type", event_type)):
+        for key, text in (("source", spec.source), ("event_type", spec.event_type)):
             if not text or _CONTROL.search(text):
                 raise ConfigError(key, "must be non-empty and free of control characters")
-        if max_connections < 1:
+        if spec.max_connections < 1:
             raise ConfigError("max_connections", "must be at least 1")
-        if max_response_bytes < 0:
+        limit = spec.max_response_bytes
+        if limit is not None and limit < 0:
             raise ConfigError("max_response_bytes", "must not be negative")
-        self._secret = secret
-        self._bearer_token = bearer_token
-        self._source = source
-        self._event_type = event_type
-        self._max_connections = max_connections
-        self._max_response_bytes = max_response_bytes
-        self._connect_timeout_s = connect_timeout_s
-        self._probe_timeout_s = probe_timeout_s
-        self._ssl = _ssl_setting(ca_file, insecure, client_tls)
+        self._spec = spec
+        self._max_response_bytes = self.default_max_response_bytes if limit is None else limit
+        self._ssl = _ssl_setting(spec.ca_file, spec.insecure, spec.client_tls)
         self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.dropped_headers = 0
@@ -219,10 +222,10 @@ class HttpTransport:
         request = build_headers(
             delivery,
             timestamp_s=int(time.time()),
-            secret=self._secret,
-            bearer_token=self._bearer_token,
-            source=self._source,
-            event_type=self._event_type,
+            secret=self._spec.secret,
+            bearer_token=self._spec.bearer_token,
+            source=self._spec.source,
+            event_type=self._spec.event_type,
         )
         self.dropped_headers += request.dropped
         try:
@@ -250,14 +253,14 @@ class HttpTransport:
     async def probe(self) -> bool:
         """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up."""
         client = self._session()
-        token = self._bearer_token
+        token = self._spec.bearer_token
         auth = () if token is None else (("authorization", _bearer(token)),)
         try:
             async with client.options(
                 self._url,
                 headers=auth,
                 allow_redirects=False,
-                timeout=self._timeout(self._probe_timeout_s),
+                timeout=self._timeout(self._spec.probe_timeout_s),
             ):
                 return True
         except (aiohttp.ClientError, TimeoutError):
@@ -270,7 +273,7 @@ class HttpTransport:
 
     def _timeout(self, total_s: float) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(
-            total=total_s, sock_connect=min(total_s, self._connect_timeout_s)
+            total=total_s, sock_connect=min(total_s, self._spec.connect_timeout_s)
         )
 
     def _session(self) -> aiohttp.ClientSession:
@@ -285,7 +288,7 @@ class HttpTransport:
         if self._client is not None:
             return self._client
         self._client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
+            connector=aiohttp.TCPConnector(limit=self._spec.max_connections, ssl=self._ssl),
             # Stateless: no cookies carried between deliveries, no compressed answers to inflate.
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,

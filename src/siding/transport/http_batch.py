@@ -24,16 +24,14 @@ from siding.transport.batch_envelope import (
 )
 from siding.transport.batching import BatchLimits, Expiry, Gatherer
 from siding.transport.http import (
-    DEFAULT_EVENT_TYPE,
-    DEFAULT_SOURCE,
     HttpTransport,
+    WebhookSpec,
     excerpt,
     outcome_from_request_error,
     read_body,
 )
 from siding.transport.outcomes import outcome_from_connection_error, outcome_from_timeout
 from siding.transport.outputs import MAX_OUTPUTS_BYTES
-from siding.transport.tls import ClientTls
 
 log = logging.getLogger(__name__)
 
@@ -62,37 +60,11 @@ class HttpBatchTransport(HttpTransport):
     transport sends it single webhooks from then on (the batch's deliveries first).
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        limits: BatchLimits,
-        secret: str | None = None,
-        bearer_token: str | None = None,
-        source: str = DEFAULT_SOURCE,
-        event_type: str = DEFAULT_EVENT_TYPE,
-        max_connections: int = 100,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-        connect_timeout_s: float = 10.0,
-        probe_timeout_s: float = 5.0,
-        ca_file: str | None = None,
-        insecure: bool = False,
-        client_tls: ClientTls | None = None,
-    ) -> None:
-        super().__init__(
-            url,
-            secret=secret,
-            bearer_token=bearer_token,
-            source=source,
-            event_type=event_type,
-            max_connections=max_connections,
-            max_response_bytes=max_answer_bytes,
-            connect_timeout_s=connect_timeout_s,
-            probe_timeout_s=probe_timeout_s,
-            ca_file=ca_file,
-            insecure=insecure,
-            client_tls=client_tls,
-        )
+    # A batch's whole answer is read, to give each delivery its own outcome.
+    default_max_response_bytes = DEFAULT_MAX_ANSWER_BYTES
+
+    def __init__(self, spec: WebhookSpec, *, limits: BatchLimits) -> None:
+        super().__init__(spec)
         self.limits = limits
         self.batching = True
         self._gatherer: Gatherer[_Item] | None = None
@@ -172,18 +144,18 @@ class HttpBatchTransport(HttpTransport):
         deliveries = [item.delivery for item in items]
         last = max(item.deadline for item in items)
         timeout_s = max(_MIN_TIMEOUT_S, last - asyncio.get_running_loop().time())
-        body = envelope(deliveries, source=self._source, event_type=self._event_type)
+        body = envelope(deliveries, source=self._spec.source, event_type=self._spec.event_type)
         message_id, sent_s = batch_id(deliveries), int(time.time())
         headers = [
             ("content-type", BATCH_CONTENT_TYPE),
             ("webhook-id", message_id),
             ("webhook-timestamp", str(sent_s)),
         ]
-        if self._secret is not None:
-            signature = signing.sign(self._secret, message_id, sent_s, body)
+        if self._spec.secret is not None:
+            signature = signing.sign(self._spec.secret, message_id, sent_s, body)
             headers.append(("webhook-signature", signature))
-        if self._bearer_token is not None:
-            headers.append(("authorization", f"Bearer {self._bearer_token}"))
+        if self._spec.bearer_token is not None:
+            headers.append(("authorization", f"Bearer {self._spec.bearer_token}"))
         try:
             async with client.post(
                 self._url,

@@ -10,12 +10,14 @@ import itertools
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from siding import naming
 from siding.config import RouteConfig
+from siding.dispatch import OrderKey, WaitingRecord
 from siding.errors import DurableWriteError, SidingError
 from siding.model import Ordering
 from siding.pipeline.driver.batchlog import log_batch
@@ -23,13 +25,14 @@ from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.progress_store import ProgressStore
-from siding.pipeline.executor.plan import build_plan
+from siding.pipeline.executor.plan import TaskPlan, build_plan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import SELECT_EXPR
 from siding.pipeline.executor.task import deliver_partition
 from siding.routing import story
 from siding.routing.producer import DurableProducer, OutRecord
+from siding.routing.settlement import Settlement
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -45,6 +48,8 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # try_*: a lane record without (or with a garbled) not-before header must not fail the batch;
 # it is dead-lettered with a reason by the task instead.
 NOT_BEFORE_EXPR = f"max(try_cast({story.sql_field(story.NOT_BEFORE)} as long)) AS nb"
+
+T = TypeVar("T")
 
 
 class BatchFailed(SidingError):
@@ -63,32 +68,22 @@ class BatchSink:
         self.on_result(route, lane, results, seconds)
 
 
-_NO_WAITS = KeyWaits("")
+@dataclass(kw_only=True)
+class BatchHandler(ABC):
+    """The foreachBatch function of one of a route's queries (a lane, or its park lane): what
+    every batch of it does around its own work. A paused route's batch waits before it starts
+    (Spark commits nothing for it until resume); a drain holds it at its start and counts it at
+    its end; its results then go to the sink."""
 
-
-@dataclass
-class LaneBatchHandler:
     route: RouteConfig
     lane: int
     client_conf: Mapping[str, object]
-    state_producer: DurableProducer
     stop: threading.Event
-    # Key mode's waiting records of the route, shared by all its lanes (required).
-    waits: KeyWaits = _NO_WAITS
     sink: BatchSink = field(default_factory=BatchSink)
     attempts: int = 3
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
-    progress: ProgressStore | None = None
-    # The old keyword for ``waits``, kept until driver/app.py (the route object) passes waits=.
-    parking: InitVar[KeyWaits | None] = None
-
-    def __post_init__(self, parking: KeyWaits | None) -> None:
-        if parking is not None:
-            self.waits = parking
-        if self.waits is _NO_WAITS:
-            raise TypeError("LaneBatchHandler needs waits= (the route's KeyWaits)")
 
     @property
     def query(self) -> str:
@@ -98,31 +93,78 @@ class LaneBatchHandler:
         guarded(self.drain, self.query, frame, lambda sleep: self._batch(frame, batch_id, sleep))
 
     def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
-        # Paused: the batch has not started, so Spark commits nothing for it until resume.
         self.controls.wait_while_paused(self.route.name, self.drain.requested)
         started = time.monotonic()
-        rows = frame.selectExpr(*SELECT_EXPR)
-        if self.lane > 0:
-            self._wait_until_releasable(frame)
+        self._wait_to_start(frame)
         self.drain.enter(self.query, sleep)
         results: list[TaskResult] | None = None
         try:
-            if self.route.ordering is Ordering.KEY:
-                # All records of a key in one task, in log order; more tasks than Kafka
-                # partitions. By key alone: the main lane's held records come from another
-                # topic's partitions.
-                tasks = max(self.parallelism, self.route.min_partitions)
-                rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
-            done = self._run_with_retries(rows, batch_id)
-            events = [event for result in done for event in result.wait_events]
-            with self.waits.write_lock:
-                state = self.waits.apply(events)
-                if state:
-                    self._write_state(state, batch_id)
-            results = done
+            results = self._deliver(frame, batch_id)
         finally:
             self.drain.leave(self.query, self.route.name, batch_id, results)
-        self.sink.report(self.route.name, self.lane, done, time.monotonic() - started)
+        self.sink.report(self.route.name, self.lane, results, time.monotonic() - started)
+
+    @abstractmethod
+    def _wait_to_start(self, frame: DataFrame) -> None:
+        """Whatever the batch waits for before the drain counts it as started."""
+
+    @abstractmethod
+    def _deliver(self, frame: DataFrame, batch_id: int) -> list[TaskResult]:
+        """The batch's own work: every record of ``frame`` gets its durable outcome."""
+
+    def _where(self, batch_id: int) -> str:
+        lane = "park lane" if self.lane == naming.PARK_LANE else f"lane {self.lane}"
+        return f"route {self.route.name} {lane} batch {batch_id}"
+
+    def _plan(
+        self,
+        tasks: int,
+        waiting: Mapping[OrderKey, tuple[WaitingRecord, ...]],
+        *,
+        settlements: Mapping[str, Settlement] | None = None,
+        drain_file: str = "",
+        progress: ProgressPlan | None = None,
+    ) -> TaskPlan:
+        """What the batch's tasks get: the route as its controls have it now."""
+        return build_plan(
+            self.controls.effective(self.route),
+            self.lane,
+            self.client_conf,
+            tasks,
+            waiting,
+            settlements=settlements,
+            breaker_epoch=self.controls.breaker_epoch(self.route.name),
+            registry_topic=self.controls.registry_topic,
+            drain_file=drain_file,
+            progress=progress,
+        )
+
+    def _run_with_retries(self, run: Callable[[], T], batch_id: int) -> T:
+        return run_with_retries(run, self._where(batch_id), self.stop, self.attempts)
+
+
+@dataclass(kw_only=True)
+class LaneBatchHandler(BatchHandler):
+    # Key mode's waiting records of the route, shared by all its lanes.
+    waits: KeyWaits
+    state_producer: DurableProducer
+    progress: ProgressStore | None = None
+
+    def _deliver(self, frame: DataFrame, batch_id: int) -> list[TaskResult]:
+        rows = frame.selectExpr(*SELECT_EXPR)
+        if self.route.ordering is Ordering.KEY:
+            # All records of a key in one task, in log order; more tasks than Kafka
+            # partitions. By key alone: the main lane's held records come from another
+            # topic's partitions.
+            tasks = max(self.parallelism, self.route.min_partitions)
+            rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
+        done = self._deliver_with_retries(rows, batch_id)
+        events = [event for result in done for event in result.wait_events]
+        with self.waits.write_lock:
+            state = self.waits.apply(events)
+            if state:
+                self._write_state(state, batch_id)
+        return done
 
     def _write_state(self, state: list[OutRecord], batch_id: int) -> None:
         for attempt in range(1, self.attempts + 1):
@@ -131,14 +173,12 @@ class LaneBatchHandler:
                 return
             except DurableWriteError as exc:
                 if attempt == self.attempts or self.stop.is_set():
-                    raise BatchFailed(
-                        f"route {self.route.name} lane {self.lane} batch {batch_id}:"
-                        f" key state not written: {exc}"
-                    ) from exc
+                    where = self._where(batch_id)
+                    raise BatchFailed(f"{where}: key state not written: {exc}") from exc
                 self.stop.wait(min(30.0, 2.0**attempt))
 
-    def _run_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
-        where = f"route {self.route.name} lane {self.lane} batch {batch_id}"
+    def _deliver_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
+        where = self._where(batch_id)
         query_id = rows.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY) or ""
         attempt = itertools.count(1)
 
@@ -154,7 +194,7 @@ class LaneBatchHandler:
                 )
             return results
 
-        return run_with_retries(run, where, self.stop, self.attempts)
+        return self._run_with_retries(run, batch_id)
 
     def _progress_plan(self, query_id: str, batch_id: int, attempt: int) -> ProgressPlan | None:
         """Where tasks record their progress, with what earlier attempts of the batch recorded
@@ -172,23 +212,20 @@ class LaneBatchHandler:
 
     def _run(self, rows: DataFrame, progress: ProgressPlan | None = None) -> list[TaskResult]:
         rdd = rows.rdd
-        plan = build_plan(
-            self.controls.effective(self.route),
-            self.lane,
-            self.client_conf,
+        plan = self._plan(
             rdd.getNumPartitions(),
             self.waits.snapshot(),
-            breaker_epoch=self.controls.breaker_epoch(self.route.name),
-            registry_topic=self.controls.registry_topic,
             drain_file=self.drain.signal_file(self.route.name),
             progress=progress,
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results
 
-    def _wait_until_releasable(self, frame: DataFrame) -> None:
+    def _wait_to_start(self, frame: DataFrame) -> None:
         """Hold a retry-lane batch on the driver until its records may go: a sleeping task would
         take an executor slot that the main lane needs."""
+        if self.lane <= 0:
+            return
         row: Any = frame.selectExpr(NOT_BEFORE_EXPR).collect()[0]
         not_before_ms = row["nb"]
         if not_before_ms is None:
@@ -224,9 +261,6 @@ def guarded(drain: Drain, query: str, frame: DataFrame, batch: Callable[[Sleep],
     except Exception:
         drain.failed(query, sleep)
         raise
-
-
-T = TypeVar("T")
 
 
 def run_with_retries(run: Callable[[], T], where: str, stop: threading.Event, attempts: int) -> T:

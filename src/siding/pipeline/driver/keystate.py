@@ -115,7 +115,3 @@ class KeyWaits:
     def __len__(self) -> int:
         with self._lock:
             return sum(len(r) for r in self._waiting.values())
-
-
-# The old name, kept until driver/app.py (and the route object that takes its place) says KeyWaits.
-KeyParking = KeyWaits

@@ -6,21 +6,16 @@ each record from its answer, deliver again the ones whose call is lost, and put 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
-from siding.config import RouteConfig
 from siding.errors import DurableWriteError
-from siding.pipeline.driver.batch import BatchSink, guarded, log, run_with_retries
-from siding.pipeline.driver.controls import RouteControls
-from siding.pipeline.driver.drain import Drain, Sleep
+from siding.pipeline.driver.batch import BatchHandler, log
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.executor.park_task import settle_partition
-from siding.pipeline.executor.plan import build_plan
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import SELECT_EXPR
 from siding.routing import story
@@ -39,37 +34,16 @@ TOKEN_EXPRS = (
 )
 
 
-@dataclass
-class ParkBatchHandler:
-    route: RouteConfig
-    client_conf: Mapping[str, object]
+@dataclass(kw_only=True)
+class ParkBatchHandler(BatchHandler):
     settlements: SettlementStore
-    stop: threading.Event
-    sink: BatchSink = field(default_factory=BatchSink)
-    attempts: int = 3
-    parallelism: int = 4
-    controls: RouteControls = field(default_factory=RouteControls)
-    drain: Drain = field(default_factory=Drain)
+    lane: int = field(default=naming.PARK_LANE, init=False)
     _used: tuple[str, ...] = ()
 
-    @property
-    def query(self) -> str:
-        return naming.query_name(self.route.name, naming.PARK_LANE)
+    def _wait_to_start(self, frame: DataFrame) -> None:
+        pass  # it waits for its calls' answers once started (_wait_for_answers)
 
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        guarded(self.drain, self.query, frame, lambda sleep: self._batch(frame, batch_id, sleep))
-
-    def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
-        self.controls.wait_while_paused(self.route.name, self.drain.requested)
-        self.drain.enter(self.query, sleep)
-        results: list[TaskResult] | None = None
-        try:
-            results = self._settle(frame, batch_id)
-        finally:
-            self.drain.leave(self.query, self.route.name, batch_id, results)
-
-    def _settle(self, frame: DataFrame, batch_id: int) -> list[TaskResult]:
-        started = time.monotonic()
+    def _deliver(self, frame: DataFrame, batch_id: int) -> list[TaskResult]:
         # Spark runs a batch only after the one before was committed: its used settlements
         # can go now (a replay of that batch would still have needed them).
         self._forget(self._used)
@@ -81,25 +55,16 @@ class ParkBatchHandler:
         self.drain.settle(self.route.name, self.settlements.of)
         rows = frame.selectExpr(*SELECT_EXPR)
         rdd = rows.rdd
-        plan = build_plan(
-            self.controls.effective(self.route),
-            naming.PARK_LANE,
-            self.client_conf,
-            max(rdd.getNumPartitions(), 1),
-            {},
-            settlements=self.settlements.of(tokens),
-            breaker_epoch=self.controls.breaker_epoch(self.route.name),
-            registry_topic=self.controls.registry_topic,
+        plan = self._plan(
+            max(rdd.getNumPartitions(), 1), {}, settlements=self.settlements.of(tokens)
         )
-        where = f"route {self.route.name} park lane batch {batch_id}"
 
         def run() -> list[TaskResult]:
             results: list[TaskResult] = rdd.mapPartitionsWithIndex(settle_partition(plan)).collect()
             return results
 
-        results = run_with_retries(run, where, self.stop, self.attempts)
+        results = self._run_with_retries(run, batch_id)
         self._used = tuple(t for r in results for t in r.used_tokens)
-        self.sink.report(self.route.name, naming.PARK_LANE, results, time.monotonic() - started)
         return results
 
     def _wait_for_answers(self, due: Mapping[str, int]) -> None:

@@ -62,8 +62,7 @@ public final class ConsumerServer implements AutoCloseable {
   private int unaryInFlight; // guarded by idle
   private volatile boolean draining;
   private Server server;
-  private final Registration.Builder join;
-  private Registration registration;
+  private final ServerJoin join;
 
   private ConsumerServer(Builder b) {
     this.handler = b.handler;
@@ -75,7 +74,7 @@ public final class ConsumerServer implements AutoCloseable {
     this.certFile = b.certFile;
     this.keyFile = b.keyFile;
     this.maxInboundMessageBytes = b.maxInboundMessageBytes;
-    this.join = b.join;
+    this.join = new ServerJoin(b.join);
   }
 
   public static Builder builder(Handler handler) {
@@ -128,21 +127,13 @@ public final class ConsumerServer implements AutoCloseable {
       throw new IOException("cannot listen on " + host + ":" + requestedPort + ": " + e.getMessage(), e);
     }
     server = built;
-    if (join != null) {
-      registration = join.buildFor(host, built.getPort(), certFile != null ? "grpcs" : "grpc");
-      try {
-        registration.start();
-      } catch (RegistrationException e) {
-        stop(Duration.ZERO);
-        throw e;
-      }
-    }
+    join.afterListening(host, built.getPort(), certFile != null ? "grpcs" : "grpc", () -> stop(Duration.ZERO));
     return this;
   }
 
   /** The route joined with {@link Builder#join}, once started; null without one. */
-  public synchronized Registration registration() {
-    return registration;
+  public Registration registration() {
+    return join.registration();
   }
 
   /** The port bound (useful with port 0). */
@@ -170,13 +161,7 @@ public final class ConsumerServer implements AutoCloseable {
 
   /** Take no more deliveries; give those in flight {@code grace} to finish, then cancel them. */
   public void stop(Duration grace) {
-    Registration joined;
-    synchronized (this) {
-      joined = registration;
-    }
-    if (joined != null) {
-      joined.stop(); // leave first: siding sends nothing new once the leave is answered
-    }
+    join.leave(); // first: siding sends nothing new once the leave is answered
     Server running;
     synchronized (this) {
       running = server;

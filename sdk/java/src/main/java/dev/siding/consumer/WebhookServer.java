@@ -53,8 +53,7 @@ public final class WebhookServer implements AutoCloseable {
   private int inFlight; // guarded by idle
   private boolean draining; // guarded by idle
   private HttpServer server;
-  private final Registration.Builder join;
-  private Registration registration;
+  private final ServerJoin join;
 
   private WebhookServer(Builder b) {
     this.handler = b.handler;
@@ -63,7 +62,7 @@ public final class WebhookServer implements AutoCloseable {
     this.requestedPort = b.port;
     this.maxBodyBytes = b.maxBodyBytes;
     this.grace = b.grace;
-    this.join = b.join;
+    this.join = new ServerJoin(b.join);
   }
 
   public static Builder builder(Handler handler) {
@@ -102,21 +101,13 @@ public final class WebhookServer implements AutoCloseable {
     http.setExecutor(executor);
     http.start();
     server = http;
-    if (join != null) {
-      registration = join.buildFor(host, http.getAddress().getPort(), "http");
-      try {
-        registration.start();
-      } catch (RegistrationException e) {
-        stop(Duration.ZERO);
-        throw e;
-      }
-    }
+    join.afterListening(host, http.getAddress().getPort(), "http", () -> stop(Duration.ZERO));
     return this;
   }
 
   /** The route joined with {@link Builder#join}, once started; null without one. */
-  public synchronized Registration registration() {
-    return registration;
+  public Registration registration() {
+    return join.registration();
   }
 
   public synchronized int port() {
@@ -145,13 +136,7 @@ public final class WebhookServer implements AutoCloseable {
    * it again later); give those in flight {@code grace} to be answered, then close.
    */
   public void stop(Duration grace) {
-    Registration joined;
-    synchronized (this) {
-      joined = registration;
-    }
-    if (joined != null) {
-      joined.stop(); // leave first: siding sends nothing new once the leave is answered
-    }
+    join.leave(); // first: siding sends nothing new once the leave is answered
     HttpServer running;
     synchronized (this) {
       running = server;

@@ -12,6 +12,7 @@ import com.sun.net.httpserver.HttpServer;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -21,6 +22,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.function.BooleanSupplier;
+import java.util.function.Supplier;
 import java.util.logging.Handler;
 import java.util.logging.Level;
 import java.util.logging.LogRecord;
@@ -352,5 +354,33 @@ class RegistrationTest {
     web.stop(Duration.ZERO);
     assertTrue(siding.consumers.isEmpty());
     assertEquals(2, siding.of("DELETE").size());
+  }
+
+  @Test
+  void aServerWhoseJoinIsRefusedStopsAndThrows() throws Exception {
+    Registration.Builder join = Registration.builder(siding.url(), ROUTE, "wrong");
+    int port;
+    try (ServerSocket free = new ServerSocket(0)) {
+      port = free.getLocalPort();
+    }
+    List<Supplier<AutoCloseable>> servers = List.of(
+        () -> ConsumerServer.builder(d -> Reply.ack()).port(port).join(join).build(),
+        () -> WebhookServer.builder(d -> Reply.ack()).unsigned().port(port).join(join).build());
+    for (Supplier<AutoCloseable> make : servers) {
+      for (int attempt = 0; attempt < 2; attempt++) { // the second binds the port the first freed
+        AutoCloseable server = make.get();
+        RegistrationException e = assertThrows(RegistrationException.class, () -> start(server));
+        assertEquals(403, e.status());
+      }
+    }
+    assertTrue(siding.consumers.isEmpty());
+  }
+
+  private static void start(AutoCloseable server) throws IOException {
+    if (server instanceof ConsumerServer grpc) {
+      grpc.start();
+    } else {
+      ((WebhookServer) server).start();
+    }
   }
 }
