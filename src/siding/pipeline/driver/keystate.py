@@ -2,7 +2,7 @@
 held (driver side).
 
 Every batch of every lane of a route reads a snapshot, and reports wait/release events when it
-ends. The state is kept durable in a compacted topic (``siding.naming.state_topic(route, "keys")``),
+ends. The state is kept durable in a compacted topic (``naming.state_topic(route, naming.KEYS)``),
 written before the batch may commit, and read back when the route starts.
 """
 

@@ -182,7 +182,7 @@ class RouteRuntime:
         """What earlier attempts of the route's batches made durable (docs/replay.md)."""
         if self.route.progress_interval <= 0:
             return None
-        tail = self._tail(naming.state_topic(self.route.name, "progress"))
+        tail = self._tail(naming.state_topic(self.route.name, naming.PROGRESS))
         store = ProgressStore(tail.topic, tail.read_new)
         store.catch_up()
         return store
@@ -192,7 +192,7 @@ class RouteRuntime:
         topic = naming.park_topic(route.name)
         name = naming.query_name(route.name, naming.PARK_LANE)
         self.targets[name] = CommitTarget(route.group, topic)
-        tail = self._tail(naming.state_topic(route.name, "settled"))
+        tail = self._tail(naming.state_topic(route.name, naming.SETTLED))
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
         self.settlements = store

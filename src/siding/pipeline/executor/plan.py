@@ -123,7 +123,7 @@ def build_plan(
         lane_topics=naming.route_lane_topics(route),
         dlq_topic=naming.route_dlq(route),
         park_topic=naming.park_topic(route.name),
-        settle_topic=naming.state_topic(route.name, "settled"),
+        settle_topic=naming.state_topic(route.name, naming.SETTLED),
         hold_topic=naming.hold_topic(route.name),
         waiting=waiting if route.ordering is Ordering.KEY else {},
         tasks=max(1, tasks),
