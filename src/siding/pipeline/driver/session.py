@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,13 +92,26 @@ def build_session(
     from pyspark.sql import SparkSession
 
     conf = session_conf(master, app_name=app_name, ui=ui, extra=extra)
+    callers = _callers_sigint()
     _start_jvm_apart(conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    if callers is not None:
+        # A new SparkContext makes SIGINT cancel every job; `siding run` drains on it instead.
+        signal.signal(signal.SIGINT, callers)
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _callers_sigint() -> signal._HANDLER:
+    """The SIGINT handler the caller chose (``siding run``'s drain), or ``None`` when it left
+    Python's default (then PySpark's stays: Ctrl-C cancels the jobs, as in a plain PySpark)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    return None if handler is signal.default_int_handler else handler
 
 
 def _start_jvm_apart(conf: Mapping[str, str]) -> None:
