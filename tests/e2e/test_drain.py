@@ -1,6 +1,8 @@
 """A draining stop (issue 17): SIGTERM mid-flight lets the calls in flight finish, commits, and
 exits 0 within the drain timeout; the next run asks nobody twice. A second signal stops at once
-and still loses nothing. A normal stop prints no Java or py4j stack trace."""
+and still loses nothing. A normal stop prints no Java or py4j stack trace. The stop drains the
+same whether the signal goes to siding's PID or to its whole process group (a service manager,
+Ctrl-C), and a killed siding leaves no Spark process behind (issue 26)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,48 @@ RATE = 30.0
 _TRACE = re.compile(r"Traceback \(most recent call last\)|py4j|^\s+at [a-z]+\.[\w.$]+\(", re.M)
 
 
+@dataclass(frozen=True)
+class Stop:
+    """How a supervisor asks siding to stop: a signal to its PID, or to its process group."""
+
+    name: str
+    sig: signal.Signals
+    group: bool
+
+
+STOPS = [
+    Stop("sigterm-pid", signal.SIGTERM, group=False),  # `kill <pid>`, a container stop
+    Stop("sigterm-group", signal.SIGTERM, group=True),  # `kill -TERM -<pgid>`, a supervisor
+    Stop("sigint-group", signal.SIGINT, group=True),  # Ctrl-C in a terminal
+]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it ended while we looked
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 class Siding:
     """One ``siding run`` process; its stderr (logs, Spark's log4j, the workers) kept apart."""
 
@@ -52,8 +96,11 @@ class Siding:
                 env=dict(os.environ),
             )
 
-    def signal(self, sig: int = signal.SIGTERM) -> float:
-        self.proc.send_signal(sig)  # `kill <pid>`, as a service manager would
+    def signal(self, stop: Stop = STOPS[0]) -> float:
+        if stop.group:  # the test's own group is not siding's (start_new_session)
+            os.killpg(self.proc.pid, stop.sig)
+        else:
+            self.proc.send_signal(stop.sig)
         return time.monotonic()
 
     def wait(self, timeout_s: float) -> float:
@@ -121,9 +168,11 @@ class Scenario:
     def ids(self, count: int) -> set[str]:
         return {delivery_id(self.topic, 0, o) for o in range(count)}
 
-    def stop_mid_flight(self, log: Path, first: int, then: int, *, again: bool) -> float:
-        """Start siding, produce ``then`` messages at ``RATE`` from seq ``first``, signal it once
-        ``first + 90`` deliveries were made (``again``: a second signal 0.3 s later); the
+    def stop_mid_flight(
+        self, log: Path, first: int, then: int, *, again: bool, stop: Stop = STOPS[0]
+    ) -> float:
+        """Start siding, produce ``then`` messages at ``RATE`` from seq ``first``, ``stop`` it
+        once ``first + 90`` deliveries were made (``again``: a second signal 0.3 s later); the
         seconds the stop took."""
         run = Siding(self.config, log)
         try:
@@ -131,10 +180,10 @@ class Scenario:
             wait_until(lambda: self.all_done(first), timeout_s=180, what="earlier messages done")
             producer = Producer(self.kafka.bootstrap, self.topic, then, first)
             wait_until(lambda: self.delivered() >= first + 90, timeout_s=120, what="deliveries")
-            asked = run.signal()
+            asked = run.signal(stop)
             if again:
                 time.sleep(0.3)
-                run.signal()
+                run.signal(stop)
             stopped = run.wait(DRAIN_TIMEOUT_S + STOP_MARGIN_S + 30)
         finally:
             run.kill()
@@ -227,3 +276,51 @@ def test_a_drained_stop_asks_nobody_twice_and_a_second_signal_loses_nothing(
     again = sum(n - 1 for n in counts.values())
     print(f"drain: {first} messages, {len(twice)} asked twice; second signal: {again} again")
     assert not twice
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=lambda stop: stop.name)
+def test_a_stop_from_any_supervisor_drains(scenario: Scenario, tmp_path: Path, stop: Stop) -> None:
+    # When siding gets the signal while slow calls are in flight, sent to its PID or to its
+    # whole process group (where Spark's JVM was once too: it stopped the queries mid-batch)
+    first = 300
+    took_s = scenario.stop_mid_flight(tmp_path / "run-1.log", 0, first, again=False, stop=stop)
+    print(f"\n{stop.name}: stopped {took_s:.1f}s after the signal")
+    # Then it drained: the calls in flight finished, exit 0, no stack trace, in time
+    assert took_s <= DRAIN_TIMEOUT_S + STOP_MARGIN_S
+    log = (tmp_path / "run-1.err").read_text()
+    said = re.search(r"drain: route drain: (\d+) calls? finished, (\d+) handed to a lane", log)
+    assert said is not None, log
+    assert int(said.group(1)) > 0, said.group(0)
+
+    # When siding starts again and finishes the work
+    scenario.finish(tmp_path / "run-2.log", first, 30)
+    # Then nothing was lost, nothing dead-lettered, nobody asked twice
+    counts = scenario.deliveries()
+    assert counts.keys() == scenario.ids(first + 30)
+    assert not scenario.watcher.dead_letters()
+    assert not sorted(i for i, n in counts.items() if n > 1)
+
+
+def test_a_killed_siding_leaves_no_spark_process_behind(scenario: Scenario, tmp_path: Path) -> None:
+    # Given siding running, with Python workers started by deliveries
+    run = Siding(scenario.config, tmp_path / "run.log")
+    try:
+        wait_until(run.running, timeout_s=180, what="siding running")
+        produce(scenario.kafka.bootstrap, scenario.topic, 20)
+        wait_until(lambda: scenario.delivered() >= 20, timeout_s=120, what="deliveries")
+        spark = descendants(run.proc.pid)
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in spark if alive(pid)]
+        assert any(b"pyspark.daemon" in command for command in commands), commands
+        # (Spark's JVM runs in a session of its own: a signal to siding's group misses it)
+        assert all(os.getsid(pid) != run.proc.pid for pid in spark if alive(pid))
+        # When siding is killed (SIGKILL to its PID: no handler, no drain)
+        run.proc.kill()
+        run.proc.wait(30)
+        # Then the JVM and its Python workers end too
+        wait_until(
+            lambda: not any(alive(pid) for pid in spark),
+            timeout_s=60,
+            what="Spark's processes gone",
+        )
+    finally:
+        run.kill()

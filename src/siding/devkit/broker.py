@@ -49,9 +49,21 @@ _LOG4J2 = """\
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """One free port; for several that must differ, ``free_ports``."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports. Every socket stays bound until all are chosen: a port
+    freed before the next is asked for may be handed out again (a broker refuses two listeners
+    on one port)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
@@ -225,16 +237,16 @@ class EmbeddedKafka:
             self._dir = Path(self.data_dir).resolve()
             self._dir.mkdir(parents=True, exist_ok=True)
         log_dir = self._dir / "log"
-        self.port = free_port()
+        self.port, controller_port, spare_port = free_ports(3)
         secure_port, secured_props = None, {}
         if self.secured is not None:
             self._tls = make_tls_files(self._dir / "tls")
-            self.secure_port = secure_port = free_port()
+            self.secure_port = secure_port = spare_port
             secured_props = sasl_ssl_properties(self._tls.keystore, self.secured.plain_users)
         props = server_properties(
             1,
             self.port,
-            free_port(),
+            controller_port,
             log_dir,
             {**secured_props, **self.overrides},
             secure_port=secure_port,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,11 +94,47 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    conf = session_conf(master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir)
+    callers = _callers_sigint()
+    _start_jvm_apart(conf)
     builder = SparkSession.builder
-    for key, value in session_conf(
-        master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir
-    ).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    if callers is not None:
+        # A new SparkContext makes SIGINT cancel every job; `siding run` drains on it instead.
+        signal.signal(signal.SIGINT, callers)
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _callers_sigint() -> signal._HANDLER:
+    """The SIGINT handler the caller chose (``siding run``'s drain), or ``None`` when it left
+    Python's default (then PySpark's stays: Ctrl-C cancels the jobs, as in a plain PySpark)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    return None if handler is signal.default_int_handler else handler
+
+
+def _start_jvm_apart(conf: Mapping[str, str]) -> None:
+    """Start Spark's JVM (and so the Python workers it forks) in a session of its own, as
+    pyspark would start it otherwise (same settings, same spark-submit).
+
+    A stop signal sent to the driver's whole process group (systemd, Ctrl-C) must reach only
+    the driver: the driver drains, then stops Spark. A JVM that got it too would stop the
+    queries in mid-batch. The JVM still ends with the driver, even a killed one: it exits when
+    its stdin, a pipe from the driver, closes. Nothing to do when the JVM is already up (an
+    earlier session in this process) or when spark-submit started the driver from its JVM."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf()
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    popen_kwargs = {"start_new_session": True}
+    gateway = launch_gateway(spark_conf, popen_kwargs)  # type: ignore[no-untyped-call]
+    # The context the session builder then finds and uses, made with the builder's settings.
+    SparkContext(conf=spark_conf, gateway=gateway)
