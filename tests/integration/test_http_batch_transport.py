@@ -25,7 +25,7 @@ from siding.consumer import (
     retry,
     verify_webhook,
 )
-from siding.model import Delivery, Outcome, OutcomeKind
+from siding.model import DeadClass, DeadKind, Delivery, Outcome, OutcomeKind
 from siding.transport.batching import BatchLimits
 from siding.transport.http import WebhookSpec
 from siding.transport.http_batch import HttpBatchTransport
@@ -118,7 +118,7 @@ async def test_one_signed_post_carries_the_batch_and_each_delivery_gets_its_answ
     assert outcomes == [
         Outcome(OutcomeKind.ACK),
         Outcome(OutcomeKind.RETRY, "rate limited", 30.0),
-        Outcome(OutcomeKind.DEAD, "unknown currency XBT"),
+        Outcome(OutcomeKind.DEAD, "unknown currency XBT", dead_class=DeadClass(DeadKind.CONSUMER)),
         Outcome(OutcomeKind.ACK),
     ]
 
