@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/BurntSushi/toml"
@@ -78,17 +77,13 @@ func decode(t *testing.T, where string, text []byte) runtime.Object {
 	return object
 }
 
-// only returns the one object of type T named name (or, with a generated hash suffix, name-...).
+// only returns the one object of type T named name, exactly: a reference kustomize did not
+// rewrite to a generated name (name-<hash>) finds nothing.
 func only[T runtime.Object](t *testing.T, r rendered, name string) T {
 	t.Helper()
 	var found []T
 	for _, object := range r.objects {
-		typed, ok := object.(T)
-		if !ok {
-			continue
-		}
-		got := objectName(object)
-		if got == name || strings.HasPrefix(got, name+"-") && len(got) == len(name)+11 {
+		if typed, ok := object.(T); ok && objectName(object) == name {
 			found = append(found, typed)
 		}
 	}
