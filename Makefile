@@ -5,14 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars dist demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java lint proto bench clean
+.PHONY: setup jars dist demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy lint proto bench clean
 
 GO ?= go
 GO_TOOLS := $(CURDIR)/.tools/go/bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/go $(STAMPS)/sdk-node $(STAMPS)/sdk-java
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 # requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
 # it and siding itself are then installed editable.
@@ -56,6 +56,14 @@ $(STAMPS)/go: sdk/go/go.mod sdk/go/go.sum
 	GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
 	@mkdir -p $(STAMPS) && touch $@
 
+# The Kubernetes manifests' check (deploy/kubernetes/check): k8s.io/api, kustomize's Go API and
+# their modules, from the Go module proxy.
+DEPLOY_CHECK := deploy/kubernetes/check
+$(STAMPS)/go-deploy: $(DEPLOY_CHECK)/go.mod $(DEPLOY_CHECK)/go.sum
+	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
+	cd $(DEPLOY_CHECK) && $(GO) mod download
+	@mkdir -p $(STAMPS) && touch $@
+
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,
 # with the .d.ts files, and test/types.ts type-checked against them).
 SDK_NODE_SOURCES := $(wildcard sdk/node/src/*.ts) sdk/node/test/types.ts sdk/node/tsconfig.json
@@ -85,7 +93,7 @@ demo: setup
 # time: most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
 PYTEST_WORKERS ?= 2
 
-test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java
+test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
 
 # The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
@@ -96,6 +104,12 @@ test-sdk-python: setup
 test-sdk-go: setup
 	cd sdk/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "error: gofmt"; exit 1; }
 	cd sdk/go && $(GO) vet ./... && $(GO) test ./...
+
+# The Kubernetes manifests: kustomize renders each overlay and every object is decoded strictly
+# into Kubernetes' API types, then checked against siding.toml (docs/deploy.md, "Kubernetes").
+test-deploy: setup
+	cd $(DEPLOY_CHECK) && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "error: gofmt"; exit 1; }
+	cd $(DEPLOY_CHECK) && $(GO) vet ./... && $(GO) test ./...
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
