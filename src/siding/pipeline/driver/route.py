@@ -24,6 +24,7 @@ from siding.pipeline.driver.park_batch import ParkBatchHandler
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
+from siding.pipeline.driver.stops import RouteStops
 from siding.pipeline.offline import moves, owner, positions
 from siding.pipeline.offline.route_lock import RouteLock
 from siding.routing.producer import DurableProducer
@@ -64,8 +65,10 @@ class RouteRuntime:
         stop: threading.Event,
         controls: RouteControls,
         drain: Drain,
+        stops: RouteStops | None = None,
     ) -> None:
         self.route = route
+        self.stops = stops
         self.config = config
         self.sink = sink
         self.stop_event = stop
@@ -167,6 +170,7 @@ class RouteRuntime:
                 controls=self.controls,
                 drain=self.drain,
                 progress=progress,
+                stops=self.stops,
             )
             subscribe, topic = (
                 main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
@@ -205,6 +209,8 @@ class RouteRuntime:
             parallelism=spark.sparkContext.defaultParallelism,
             controls=self.controls,
             drain=self.drain,
+            stops=self.stops,
+            letter_producer=state_producer,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
