@@ -332,7 +332,8 @@ def guarded(
     except DrainStopped:
         raise
     except Exception as exc:
-        if stops is not None and not drain.stopping(query):
+        # While the application stops (a signal, or another route's stop) an error is the stop.
+        if stops is not None and not stops.stop.is_set() and not drain.stopping(query):
             reason = stop_reason(query, exc)
             if stops.record(reason):
                 log.error("%s", reason)
