@@ -6,6 +6,7 @@ by the application as the reason. End to end: tests/e2e/test_route_stops.py."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from siding.errors import (
     EndpointGoneError,
     RouteStopped,
 )
+from siding.model import Outcome, OutcomeKind
 from siding.pipeline.driver.app import Application
 from siding.pipeline.driver.batch import (
     BatchFailed,
@@ -32,11 +34,14 @@ from siding.pipeline.driver.batch import (
 )
 from siding.pipeline.driver.drain import Drain, DrainStopped
 from siding.pipeline.driver.flood import flood_reason
+from siding.pipeline.driver.park_batch import ParkBatchHandler
+from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.task import failed
 from siding.routing.producer import DurableProducer, OutRecord
+from siding.routing.settlement import Settlement, settlement_record
 from siding.steps import StepCounts
 from tests.unit.test_config import BASE
 
@@ -254,3 +259,36 @@ def test_a_hard_stop_asked_by_a_signal_is_not_a_route_stop() -> None:
     app.stop_event.set()
     app.run(poll_s=0.01)  # returns: no reason recorded
     assert app.stops.reason is None
+
+
+# --- the park lane: a flood of DEAD answers is forgotten, so the restart asks again ------------
+
+
+def test_a_flooded_park_lane_batch_forgets_its_dead_answers_and_keeps_the_others() -> None:
+    # Given settlements of parked calls: 25 answered DEAD, one ACKed
+    log: list[tuple[bytes, bytes | None]] = []
+    read_upto = [0]
+
+    def read_new() -> list[tuple[bytes, bytes | None]]:
+        new = log[read_upto[0] :]
+        read_upto[0] = len(log)
+        return new
+
+    def write(records: Sequence[OutRecord]) -> None:
+        log.extend((r.key or b"", r.value) for r in records)
+
+    now_ms = int(time.time() * 1000)
+    answers = {f"d{i}": OutcomeKind.DEAD for i in range(25)} | {"ok": OutcomeKind.ACK}
+    for token, kind in answers.items():
+        record = settlement_record("settled", Settlement(token, Outcome(kind), now_ms))
+        log.append((record.key or b"", record.value))
+    store = SettlementStore("settled", read_new, write)
+    store.catch_up()
+    park = ParkBatchHandler(route=ROUTE, client_conf={}, settlements=store, stop=threading.Event())
+    # When its batch floods (the driver's judgement over the batch)
+    with pytest.raises(DlqFloodError):
+        park._settle_letters([task(26, 25, letters=25)], 4)
+    park._forget_dead(set(answers))
+    store.catch_up()
+    # Then only the ACK is still known: the restarted park lane asks again about the DEAD ones
+    assert set(store.snapshot()) == {"ok"}
