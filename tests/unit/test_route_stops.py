@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,6 +41,7 @@ from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.task import failed
+from siding.pipeline.offline.route_lock import RouteLock
 from siding.routing.producer import DurableProducer, OutRecord
 from siding.routing.settlement import Settlement, settlement_record
 from siding.steps import StepCounts
@@ -292,3 +294,51 @@ def test_a_flooded_park_lane_batch_forgets_its_dead_answers_and_keeps_the_others
     store.catch_up()
     # Then only the ACK is still known: the restarted park lane asks again about the DEAD ones
     assert set(store.snapshot()) == {"ok"}
+
+
+# --- the checkpoint lock removed or replaced under a running route ---------------------------
+
+
+def test_a_lock_file_removed_or_replaced_is_a_lost_lock(tmp_path: Path) -> None:
+    lock = RouteLock(tmp_path, "siding run of route billing").acquire()
+    try:
+        assert lock.lost() is None
+        lock.path.unlink()  # the checkpoint folder deleted under the route
+        assert lock.lost() == f"its checkpoint lock {lock.path} was removed while it ran"
+        other = RouteLock(tmp_path, "a second siding").acquire()  # which now succeeds
+        try:
+            assert lock.lost() == f"its checkpoint lock {lock.path} was replaced while it ran"
+        finally:
+            other.release()
+    finally:
+        lock.release()
+    assert lock.lost() is None  # released: nothing to lose
+
+
+@dataclass(kw_only=True)
+class Counting(BatchHandler):
+    delivered: int = 0
+
+    def _wait_to_start(self, frame: Any) -> None:
+        pass
+
+    def _deliver(self, frame: Any, batch_id: int) -> list[TaskResult]:  # noqa: ARG002
+        self.delivered += 1
+        return []
+
+
+def test_a_batch_of_a_route_whose_lock_is_lost_delivers_nothing_and_stops_it() -> None:
+    made = Counting(
+        route=ROUTE,
+        lane=0,
+        client_conf={},
+        stop=threading.Event(),
+        lock_lost=lambda: "its checkpoint lock /c/billing/siding.lock was removed while it ran",
+    )
+    with pytest.raises(RouteStopped) as caught:
+        made._batch(None, 5, lambda _ms: None)  # type: ignore[arg-type]
+    assert made.delivered == 0
+    assert caught.value.reason == (
+        f"route {ROUTE.name}: its checkpoint lock /c/billing/siding.lock was removed while it"
+        " ran; stopped, nothing committed"
+    )

@@ -112,6 +112,8 @@ class BatchHandler(ABC):
     stops: RouteStops | None = None
     # Writes the batch's dead letters on the driver (see ``_settle_letters``).
     letter_producer: DurableProducer | None = None
+    # Why the route's checkpoint lock no longer guards it, or None (checked at each batch).
+    lock_lost: Callable[[], str | None] = lambda: None
 
     @property
     def query(self) -> str:
@@ -128,6 +130,9 @@ class BatchHandler(ABC):
 
     def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
         self.controls.wait_while_paused(self.route.name, self.drain.requested)
+        lost = self.lock_lost()
+        if lost is not None:  # another siding may have taken the route: deliver nothing more
+            raise RouteStopped(f"route {self.route.name}: {lost}; stopped, nothing committed")
         started = time.monotonic()
         self._wait_to_start(frame)
         self.drain.enter(self.query, sleep)

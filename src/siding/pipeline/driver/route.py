@@ -117,6 +117,11 @@ class RouteRuntime:
             what = f"siding run of route {self.route.name}"
             self._lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
 
+    def lock_lost(self) -> str | None:
+        """Why the checkpoint lock no longer guards the route, or ``None``."""
+        lock = self._lock
+        return lock.lost() if lock is not None else None
+
     def _prepare(self) -> None:
         self._prepared = topics.prepare(self._admin, self.route)
         self.partitions = self._prepared.partitions
@@ -171,6 +176,7 @@ class RouteRuntime:
                 drain=self.drain,
                 progress=progress,
                 stops=self.stops,
+                lock_lost=self.lock_lost,
             )
             subscribe, topic = (
                 main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
@@ -211,6 +217,7 @@ class RouteRuntime:
             drain=self.drain,
             stops=self.stops,
             letter_producer=state_producer,
+            lock_lost=self.lock_lost,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
