@@ -13,11 +13,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 suite=bookworm
 # debootstrap follows Depends only (never Recommends): nothing more than these and their needs.
-packages="python3.11 python3.11-venv openjdk-17-jre-headless ca-certificates tini"
+# (It resolves no virtual package: python3-distutils gives python3.11-venv its python3.11-distutils.)
+packages="python3.11 python3.11-venv python3-distutils python3-pip-whl python3-setuptools-whl
+  openjdk-17-jre-headless ca-certificates tini"
+packages=$(echo $packages)
 mirror=$("$here/mirror.sh" "$suite")
+# Security updates, when this machine's apt has them: the base gets them at build time.
+security=$("$here/mirror.sh" "$suite-security" 2>/dev/null || true)
 arch=$(dpkg --print-architecture)
 cache=${SIDING_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/siding/image}
-key=$(printf '%s\n' "$suite" "$mirror" "$arch" "$packages" | cat - "$here/base.sh" |
+key=$(printf '%s\n' "$suite" "$mirror" "$security" "$arch" "$packages" | cat - "$here/base.sh" |
   sha256sum | cut -c1-16)
 name="localhost/siding-base:$key"
 
@@ -32,9 +37,21 @@ if [ ! -f "$tarball" ]; then
   command -v debootstrap >/dev/null || { echo "error: debootstrap not found: run make image-tools" >&2; exit 1; }
   echo "base: debootstrap $suite from $mirror ($packages)" >&2
   root=$(mktemp -d "$cache/root.XXXXXX")
-  trap 'rm -rf "$root" "$tarball.part"' EXIT
+  # debootstrap mounts /proc and /sys in the root while it works: never delete through them.
+  trap 'umount -R "$root/proc" "$root/sys" 2>/dev/null; rm -rf --one-file-system "$root" "$tarball.part"' EXIT
   debootstrap --variant=minbase --arch="$arch" --include="${packages// /,}" \
     "$suite" "$root" "$mirror" >&2
+  # The point release's packages, then bookworm-updates' and bookworm-security's.
+  {
+    echo "deb $mirror $suite main"
+    echo "deb $mirror $suite-updates main"
+    if [ -n "$security" ]; then echo "deb $security $suite-security main"; fi
+  } > "$root/etc/apt/sources.list"
+  mount -t proc proc "$root/proc"
+  chroot "$root" apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get -y -qq --no-install-recommends \
+    -o Dpkg::Use-Pty=0 dist-upgrade >&2
+  umount "$root/proc"
   # Small: no package lists, caches, logs, manuals or docs (the copyright files stay).
   chroot "$root" apt-get clean
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \

@@ -12,6 +12,7 @@ with no user namespace) instead of the test running siding as root or opening th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -306,3 +307,31 @@ def test_the_image_delivers_drains_on_podman_stop_and_goes_on_after_a_restart(
         assert not twice, (r.name, twice)
         assert r.watcher.committed() == {0: total}
         assert not r.watcher.dead_letters()
+
+
+def test_the_image_is_what_the_deployments_expect(image: str) -> None:
+    # Given the image's settings (what Kubernetes and `podman run` take from it)
+    config = podman("image", "inspect", "--format", "{{json .Config}}", image)
+    settings = json.loads(config)
+    # Then it runs as uid 10001, stops with SIGTERM, checks /health, keeps its checkpoints in
+    # a volume, and runs the config at /etc/siding/siding.toml
+    assert settings["User"] == "10001:10001"
+    assert settings["StopSignal"] == "SIGTERM"
+    assert settings["Healthcheck"]["Test"][0] == "CMD"
+    assert "/var/lib/siding" in settings["Volumes"]
+    assert settings["Entrypoint"][-1] == "siding"
+    assert settings["Cmd"] == ["run", "-c", "/etc/siding/siding.toml"]
+    assert "SIDING_JARS_DIR=/opt/siding/jars" in settings["Env"]
+    # And the example config checks inside it, with no network for jars
+    example = ROOT / "deploy" / "image" / "siding.toml"
+    out = podman(
+        "run", "--rm", "--network", "none",
+        "-e", "SIDING_BOOTSTRAP=kafka:9092", "-e", "SIDING_TOPIC=orders",
+        "-e", "SIDING_ENDPOINT=grpc://billing:50051",
+        "-v", f"{example}:/etc/siding/siding.toml:ro",
+        image, "check-config", "/etc/siding/siding.toml",
+    )  # fmt: skip
+    assert "ok: 1 route(s)" in out
+    # And its jars are in the image, complete and checked against the lock
+    jars = podman("run", "--rm", "--network", "none", image, "jars", "fetch").strip()
+    assert jars == "/opt/siding/jars"
