@@ -38,7 +38,7 @@ if [ ! -f "$tarball" ]; then
   echo "base: debootstrap $suite from $mirror ($packages)" >&2
   root=$(mktemp -d "$cache/root.XXXXXX")
   # debootstrap mounts /proc and /sys in the root while it works: never delete through them.
-  trap 'umount -R "$root/proc" "$root/sys" 2>/dev/null; rm -rf --one-file-system "$root" "$tarball.part"' EXIT
+  trap 'umount -R "$root/proc" "$root/sys" 2>/dev/null || true; rm -rf --one-file-system "$root" "$tarball.part"' EXIT
   debootstrap --variant=minbase --arch="$arch" --include="${packages// /,}" \
     "$suite" "$root" "$mirror" >&2
   # The point release's packages, then bookworm-updates' and bookworm-security's.
