@@ -55,6 +55,7 @@ cp -al "$wheelhouse" "$context/wheels" 2>/dev/null || cp -a "$wheelhouse" "$cont
 # The jars, verified against the lock on this machine (fetched once, or already there).
 jars=$(cd "$root" && "$PYTHON" -c 'from siding import jvm; print(jvm.fetch())')
 cp -rL "$jars" "$context/jars"
+chmod -R a+rX "$context/jars"  # a stamp written by an older siding was private to its user
 
 # siding's wheel and the SDK's, with the build tools of PYTHON's environment (no download).
 for project in "$root/sdk/python" "$root"; do
