@@ -311,13 +311,17 @@ def test_the_image_delivers_drains_on_podman_stop_and_goes_on_after_a_restart(
 
 def test_the_image_is_what_the_deployments_expect(image: str) -> None:
     # Given the image's settings (what Kubernetes and `podman run` take from it)
-    config = podman("image", "inspect", "--format", "{{json .Config}}", image)
-    settings = json.loads(config)
+    inspected = json.loads(podman("image", "inspect", image))[0]
+    settings = inspected["Config"]
     # Then it runs as uid 10001, stops with SIGTERM, checks /health, keeps its checkpoints in
     # a volume, and runs the config at /etc/siding/siding.toml
     assert settings["User"] == "10001:10001"
     assert settings["StopSignal"] == "SIGTERM"
-    assert settings["Healthcheck"]["Test"][0] == "CMD"
+    assert inspected["Healthcheck"]["Test"] == [
+        "CMD",
+        "/opt/siding/bin/python",
+        "/opt/siding/healthcheck.py",
+    ]
     assert "/var/lib/siding" in settings["Volumes"]
     assert settings["Entrypoint"][-1] == "siding"
     assert settings["Cmd"] == ["run", "-c", "/etc/siding/siding.toml"]
@@ -331,7 +335,9 @@ def test_the_image_is_what_the_deployments_expect(image: str) -> None:
         "-v", f"{example}:/etc/siding/siding.toml:ro",
         image, "check-config", "/etc/siding/siding.toml",
     )  # fmt: skip
-    assert "ok: 1 route(s)" in out
+    checked = json.loads(out)
+    assert [route["topic"] for route in checked["route"]] == ["orders"]
+    assert checked["spark"]["checkpoint_dir"] == "/var/lib/siding/checkpoints"
     # And its jars are in the image, complete and checked against the lock
     jars = podman("run", "--rm", "--network", "none", image, "jars", "fetch").strip()
     assert jars == "/opt/siding/jars"
