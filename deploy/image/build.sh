@@ -62,9 +62,20 @@ for project in "$root/sdk/python" "$root"; do
   "$PYTHON" -m build --no-isolation --wheel --outdir "$context/dist" "$project" >/dev/null
 done
 
+# What the wheels hold (names and CRCs, not the zip's dates): the top layer is rebuilt exactly
+# when siding's code or the SDK's changed (a RUN's bind mount is not part of podman's cache key).
+dkey=$("$PYTHON" - "$context"/dist/*.whl <<'PY'
+import hashlib, sys, zipfile
+digest = hashlib.sha256()
+for path in sorted(sys.argv[1:]):
+    for entry in sorted(zipfile.ZipFile(path).infolist(), key=lambda e: e.filename):
+        digest.update(f"{entry.filename} {entry.CRC}\n".encode())
+print(digest.hexdigest()[:16])
+PY
+)
 echo "image: building $name on $base ($SIDING_IMAGE_STORAGE storage)" >&2
 podman build --format docker --layers --network host \
-  --build-arg "BASE=$base" --build-arg "WHEELS=$wkey" \
+  --build-arg "BASE=$base" --build-arg "WHEELS=$wkey" --build-arg "DIST=$dkey" \
   --label "org.opencontainers.image.version=$version" \
   --label "org.opencontainers.image.source=siding (deploy/image)" \
   -f "$here/Containerfile" -t "$name" -t localhost/siding:latest "$context" >&2
