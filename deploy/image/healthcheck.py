@@ -8,19 +8,36 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
 import urllib.error
 import urllib.request
+
+
+def literal_url(path: str) -> str | None:
+    """The /health URL from the config's literal ``[control] listen`` (stdlib only: a check
+    must be quick on a busy machine); None when siding's own loader is needed (``${VAR}``,
+    or no listen key)."""
+    with open(path, "rb") as f:
+        listen = tomllib.load(f).get("control", {}).get("listen")
+    if not isinstance(listen, str) or "$" in listen or ":" not in listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    return f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}/health"
 
 
 def health_url() -> str:
     url = os.environ.get("SIDING_HEALTH_URL")
     if url:
         return url
+    path = os.environ.get("SIDING_CONFIG", "/etc/siding/siding.toml")
+    url = literal_url(path)
+    if url is not None:
+        return url
     from siding.cli.args import control_url
     from siding.config import load_config
 
-    config = load_config(os.environ.get("SIDING_CONFIG", "/etc/siding/siding.toml"))
-    return control_url(config) + "/health"
+    return control_url(load_config(path)) + "/health"
 
 
 def main() -> int:
