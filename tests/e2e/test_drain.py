@@ -121,18 +121,20 @@ class Siding:
 
 
 class Producer:
-    """Produces ``count`` messages at ``RATE`` on a thread, from ``start_seq``."""
+    """Produces ``count`` messages at ``rate`` a second on a thread, from ``start_seq``."""
 
-    def __init__(self, bootstrap: str, topic: str, count: int, start_seq: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, count: int, start_seq: int, rate: float = RATE
+    ) -> None:
         self.error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(bootstrap, topic, count, start_seq), daemon=True
+            target=self._run, args=(bootstrap, topic, count, start_seq, rate), daemon=True
         )
         self._thread.start()
 
-    def _run(self, bootstrap: str, topic: str, count: int, start_seq: int) -> None:
+    def _run(self, bootstrap: str, topic: str, count: int, start_seq: int, rate: float) -> None:
         try:
-            produce(bootstrap, topic, count, rate=RATE, start_seq=start_seq)
+            produce(bootstrap, topic, count, rate=rate, start_seq=start_seq)
         except BaseException as exc:
             self.error = exc
 

@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -37,6 +36,7 @@ from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.model import delivery_id
 from tests.conftest import unavailable
+from tests.e2e.test_drain import Producer
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "image" / "build.sh"
@@ -161,27 +161,6 @@ class Container:
         podman("rm", "--force", self.name, check=False)
 
 
-class Producer:
-    """``count`` messages at ``RATE`` from ``start_seq`` on a thread."""
-
-    def __init__(self, bootstrap: str, topic: str, count: int, start_seq: int) -> None:
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(bootstrap, topic, count, start_seq), daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, bootstrap: str, topic: str, count: int, start_seq: int) -> None:
-        try:
-            produce(bootstrap, topic, count, rate=RATE, start_seq=start_seq)
-        except BaseException as exc:
-            self.error = exc
-
-    def join(self) -> None:
-        self._thread.join(120)
-        assert self.error is None, self.error
-
-
 @pytest.fixture
 def containers() -> Iterator[list[Container]]:
     started: list[Container] = []
@@ -254,7 +233,7 @@ def test_the_image_delivers_drains_on_podman_stop_and_goes_on_after_a_restart(
 
     wait_until(healthy, timeout_s=90, interval_s=2.0, what="the health check", check=run.alive)
     # When messages arrive at a steady rate
-    producers = [Producer(kafka.bootstrap, r.topic, first, 0) for r in routes]
+    producers = [Producer(kafka.bootstrap, r.topic, first, 0, RATE) for r in routes]
     wait_until(
         lambda: all(sum(r.deliveries().values()) >= 90 for r in routes),
         timeout_s=180,
