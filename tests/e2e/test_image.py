@@ -149,6 +149,12 @@ class Container:
         if status != "running":
             pytest.fail(f"the container is {status} (exit {code}):\n{self.log()[-4000:]}")
 
+    def wait_running(self, what: str) -> None:
+        """Until siding in the container says it runs (failing at once if the container ended)."""
+        wait_until(
+            lambda: "siding: running" in self.log(), timeout_s=240, what=what, check=self.alive
+        )
+
     def stop(self) -> tuple[int, float]:
         """``podman stop`` (SIGTERM, the image's STOPSIGNAL; SIGKILL after 60 s): the exit
         code and the seconds the stop took."""
@@ -214,12 +220,7 @@ def test_the_image_delivers_drains_on_podman_stop_and_goes_on_after_a_restart(
     first = 240
     run = Container(image, config, checkpoints)
     containers.append(run)
-    wait_until(
-        lambda: "siding: running" in run.log(),
-        timeout_s=240,
-        what="siding running",
-        check=run.alive,
-    )
+    run.wait_running("siding running")
     # Then its health check, run in the container, finds /health answering
 
     def healthy() -> bool:
@@ -263,12 +264,7 @@ def test_the_image_delivers_drains_on_podman_stop_and_goes_on_after_a_restart(
     more = 60
     again = Container(image, config, checkpoints)
     containers.append(again)
-    wait_until(
-        lambda: "siding: running" in again.log(),
-        timeout_s=240,
-        what="siding running again",
-        check=again.alive,
-    )
+    again.wait_running("siding running again")
     for r in routes:
         produce(kafka.bootstrap, r.topic, more, start_seq=first)
     total = first + more
