@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, assert_never
 
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
@@ -418,6 +418,8 @@ class _Window:
             case Done() | ToLane() | ToDlq():
                 self._backoffs.pop(index, None)
                 self._settle(index, step)
+            case _:  # a new step must say here whether it settles the record
+                assert_never(step)
 
     def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
         """A message that has been told "back off" for longer than a deadline while the endpoint

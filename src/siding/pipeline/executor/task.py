@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 
 from siding.dispatch import (
     DispatchReport,
@@ -126,6 +126,8 @@ def route_out(
                         lane_topic=lane_topic,
                     )
                 )
+            case _:  # a new step must say here what it writes
+                assert_never(item.step)
     return out
 
 
@@ -177,10 +179,13 @@ def wait_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[WaitEvent, 
                 events.append(WaitEvent(key, offset, lane, not_before_ms))
             case Held():
                 events.append(WaitEvent(key, offset, HELD))
-            case Done() | ToDlq() if plan.lane > 0 or key in plan.waiting:
-                events.append(WaitEvent(key, offset, None))
-            case _:
+            case Done() | ToDlq():
+                if plan.lane > 0 or key in plan.waiting:
+                    events.append(WaitEvent(key, offset, None))
+            case Parked() | Resent():
                 pass  # key mode never parks calls; a resent record's key stays blocked
+            case _:  # a new step must say here whether it releases its key
+                assert_never(item.step)
     return tuple(events)
 
 
