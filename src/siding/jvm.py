@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from siding.errors import SetupError
@@ -70,6 +72,17 @@ def jars_dir(configured: str | Path | None = None) -> Path:
         return Path(configured).expanduser()
     root = checkout()
     return root / ".jars" if root is not None else default_cache_dir(jar_lock())
+
+
+# Extra options for every JVM siding starts: Spark's driver and executors, and the dev broker.
+JAVA_OPTIONS_ENV = "SIDING_JAVA_OPTIONS"
+
+
+def java_options(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``$SIDING_JAVA_OPTIONS`` as a list of JVM options (shell words): e.g. a lighter JIT and
+    collector for short-lived runs (the test suite sets ``-XX:TieredStopAtLevel=1
+    -XX:+UseSerialGC``: about half the CPU of a start, docs/platform.md)."""
+    return shlex.split((os.environ if environ is None else environ).get(JAVA_OPTIONS_ENV, ""))
 
 
 def require_tool(name: str, install_hint: str) -> str:

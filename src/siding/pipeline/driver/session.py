@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from siding.config import RouteConfig
-from siding.jvm import spark_jars
+from siding.jvm import java_options, spark_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,7 +50,7 @@ def session_conf(
     """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins.
     ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``)."""
     local = master.startswith("local")
-    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J2}"
+    java_opts = shlex.join([f"-Dlog4j2.configurationFile=file:{_LOG4J2}", *java_options()])
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
