@@ -143,7 +143,7 @@ def test_a_sigkill_during_a_catch_up_burst_re_delivers_at_most_the_documented_bo
     # Then a restart replays the batch, leaves out what was recorded, and commits it
     proc = _siding_run(config, log)
     try:
-        watcher.wait_committed({0: count}, timeout_s=180)
+        watcher.wait_committed({0: count}, timeout_s=300)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

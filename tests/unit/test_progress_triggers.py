@@ -14,7 +14,7 @@ from siding.config import parse_config
 from siding.errors import ConfigError
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.pipeline.executor.plan import TaskPlan
-from siding.pipeline.executor.progress import write_now
+from siding.pipeline.executor.progress import DoneMap, covers, write_now
 from siding.pipeline.executor.progress_task import Tracker
 from siding.pipeline.executor.rows import Incoming
 from siding.routing.producer import OutRecord
@@ -133,3 +133,47 @@ def test_progress_every_defaults_to_100_and_bad_values_name_the_key() -> None:
             parse_config(f"{BASE}progress_every = {bad}\n", env={})
         assert "route[billing].progress_every" in str(caught.value)
         assert says in str(caught.value), str(caught.value)
+
+
+def test_a_finished_slice_whose_acks_were_all_recorded_is_not_written_again() -> None:
+    # Given a task whose 5 calls were all ACKed: written at once when the last one answered
+    plan = plan_every(1000)
+    written: list[OutRecord] = []
+    tracker = Tracker(plan.progress, 0, written.append)
+    tracker.screen(plan, [Incoming(delivery(o)) for o in range(5)])
+    tracker.expect(5)
+    for offset in range(5):
+        tracker.acked(delivery(offset))
+    assert len(written) == 1
+    # When the task ends with nothing else to write, no second record says the same again
+    tracker.written(plan)
+    assert len(written) == 1
+
+
+def test_a_finished_slice_with_lane_records_is_written_when_its_writes_are_done() -> None:
+    # Given 4 calls answered: 3 ACKs and one RETRY (its record goes to a lane)
+    plan = plan_every(1000)
+    written: list[OutRecord] = []
+    tracker = Tracker(plan.progress, 0, written.append)
+    tracker.screen(plan, [Incoming(delivery(o)) for o in range(4)])
+    tracker.expect(4)
+    for offset in range(3):
+        tracker.acked(delivery(offset))
+    tracker.answered(delivery(3), acked=False)
+    # When the lane write was acknowledged, the last record says the whole slice is durable
+    tracker.written(plan)
+    assert acked_offsets(written) == [3, 3]
+    assert marks(written)[-1].known.written == {(TOPIC, 0): ((0, 4),)}
+
+
+@pytest.mark.parametrize(
+    ("done", "part", "covered"),
+    [
+        ({(TOPIC, 0): ((0, 10),)}, {(TOPIC, 0): ((2, 5),)}, True),
+        ({(TOPIC, 0): ((0, 3), (4, 10))}, {(TOPIC, 0): ((2, 5),)}, False),
+        ({(TOPIC, 0): ((0, 10),)}, {(TOPIC, 1): ((2, 5),)}, False),
+        ({}, {}, True),
+    ],
+)
+def test_covers(done: DoneMap, part: DoneMap, covered: bool) -> None:
+    assert covers(done, part) is covered

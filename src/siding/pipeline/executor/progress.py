@@ -61,6 +61,14 @@ def merge_maps(*maps: DoneMap) -> dict[Coord, Ranges]:
     return out
 
 
+def covers(done: DoneMap, part: DoneMap) -> bool:
+    """Whether every offset of ``part`` is in ``done`` already."""
+    return all(
+        merge(done.get(coord, ()), ranges) == merge(done.get(coord, ()))
+        for coord, ranges in part.items()
+    )
+
+
 def done_map(deliveries: Iterable[Delivery]) -> dict[Coord, Ranges]:
     """The origins of ``deliveries`` as ranges per (topic, partition)."""
     offsets: dict[Coord, list[int]] = {}

@@ -22,6 +22,7 @@ from siding.pipeline.executor.progress import (
     Mark,
     ProgressPlan,
     Ranges,
+    covers,
     decode,
     done_map,
     encode,
@@ -131,12 +132,20 @@ class Tracker:
             self.close()
 
     def finish(self, written: Iterable[Delivery]) -> None:
-        """Every record of ``written`` is durable: write that and stop."""
+        """Every record of ``written`` is durable: write that and stop. A slice whose records
+        were all ACKed and recorded already (every call answered) is not written again."""
         with self._lock:
             if self._closed:
                 return
             self._written = done_map(written)
-            self._version += 1
+            known = merge_maps(
+                self._acked,
+                done_map(self._new_acks),
+                self._carried.acked,
+                self._carried.written,
+            )
+            if not covers(known, self._written):
+                self._version += 1
         self.close()
 
     def close(self) -> None:
