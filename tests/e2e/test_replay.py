@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from siding import naming
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
@@ -99,6 +101,7 @@ def test_a_batch_run_again_after_its_python_worker_died_leaves_out_what_it_acked
     assert duplicates <= in_flight + 100
 
 
+@pytest.mark.timeout(1200)  # two starts of `siding run`, each minutes on a loaded machine
 def test_a_sigkill_during_a_catch_up_burst_re_delivers_at_most_the_documented_bound(
     kafka: EmbeddedKafka,
     tmp_path: Path,
