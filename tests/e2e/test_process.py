@@ -54,6 +54,15 @@ def _write_config(path: Path, text: str) -> Path:
     return path
 
 
+def skipped_on_replay(log: Path) -> int:
+    """How many records replays left out, as `siding run`'s log says (docs/replay.md)."""
+    return sum(
+        int(line.split(": ")[-1].split()[0])
+        for line in log.read_text(errors="replace").splitlines()
+        if "were not delivered again" in line
+    )
+
+
 def test_sigkill_three_times_loses_nothing_and_duplicates_stay_bounded(
     kafka: EmbeddedKafka,
     tmp_path: Path,
@@ -121,11 +130,7 @@ def test_sigkill_three_times_loses_nothing_and_duplicates_stay_bounded(
     assert in_dlq == dead
     # Duplicates only from batches that were not committed when the process died
     duplicates = len(deliveries) - len({r.delivery_id for r in deliveries})
-    skipped = sum(
-        int(line.split(": ")[-1].split()[0])
-        for line in log.read_text(errors="replace").splitlines()
-        if "were not delivered again" in line
-    )
+    skipped = skipped_on_replay(log)
     print(
         f"\n{kills} SIGKILLs: {len(deliveries)} deliveries, {duplicates} duplicates,"
         f" {skipped} records not delivered again on replay"

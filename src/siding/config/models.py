@@ -210,6 +210,7 @@ class BatchConfig(BaseModel):
 
 
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
+DEFAULT_PROGRESS_EVERY = 100
 MAX_PROGRESS_INTERVAL_S = 60.0
 SOURCE_KEYS = ("topic", "topics", "topic_pattern")
 # Lanes 1 and 2 are tested even on a route with fewer, as they always were: a pattern refused
@@ -258,6 +259,8 @@ class RouteConfig(BaseModel):
     dlq_flood_min_batch: Count = Field(default=20, ge=1)
     # How often a running batch records the ACKs it got; "0s": not recorded (docs/replay.md).
     progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL_S
+    # ... and at once every this many ACKs; 0: by time only.
+    progress_every: Count = Field(default=DEFAULT_PROGRESS_EVERY, ge=0)
     auth: AuthConfig = AuthConfig()
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()

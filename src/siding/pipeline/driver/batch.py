@@ -275,7 +275,8 @@ class LaneBatchHandler(BatchHandler):
             except Exception as exc:  # nothing more known: delivered again
                 log.warning("route %s: progress not read: %s", self.route.name, exc)
         known = store.known(self.query, query_id, batch_id)
-        return ProgressPlan(store.topic, self.query, query_id, batch_id, interval_s, known)
+        every = self.route.progress_every
+        return ProgressPlan(store.topic, self.query, query_id, batch_id, interval_s, known, every)
 
     def _run(self, rows: DataFrame, progress: ProgressPlan | None = None) -> list[TaskResult]:
         rdd = rows.rdd

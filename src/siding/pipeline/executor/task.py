@@ -233,6 +233,7 @@ def run_slice(
     work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
+    progress.expect(len(work))
     report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
