@@ -23,6 +23,7 @@ from siding.model import Ordering
 from siding.pipeline.driver.batchlog import log_batch
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
+from siding.pipeline.driver.executors import executor_count
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.executor.plan import TaskPlan, build_plan
@@ -84,6 +85,8 @@ class BatchHandler(ABC):
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
+    # Whose in-flight budget the batch's calls count against: the route's, or a backfill's own.
+    budget_scope: str = "live"
 
     @property
     def query(self) -> str:
@@ -124,6 +127,7 @@ class BatchHandler(ABC):
         settlements: Mapping[str, Settlement] | None = None,
         drain_file: str = "",
         progress: ProgressPlan | None = None,
+        executors: int = 1,
     ) -> TaskPlan:
         """What the batch's tasks get: the route as its controls have it now."""
         return build_plan(
@@ -137,6 +141,8 @@ class BatchHandler(ABC):
             registry_topic=self.controls.registry_topic,
             drain_file=drain_file,
             progress=progress,
+            executors=executors,
+            budget_scope=self.budget_scope,
         )
 
     def _run_with_retries(self, run: Callable[[], T], batch_id: int) -> T:
@@ -217,6 +223,7 @@ class LaneBatchHandler(BatchHandler):
             self.waits.snapshot(),
             drain_file=self.drain.signal_file(self.route.name),
             progress=progress,
+            executors=executor_count(rdd.context),
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results
