@@ -1,0 +1,241 @@
+"""A route's limits hold at the consumer (issue 27; docs/dispatch.md, "One budget per route and
+endpoint"): a gRPC consumer written from the proto counts its own open calls and the sends it
+gets per second, while slow calls are parked in the main lane and slow retried calls run in
+lane 1 at the same time, over several main-lane tasks (several Python workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc.aio
+import pytest
+
+from siding.devkit.broker import EmbeddedKafka
+from siding.devkit.harness import PipelineRun
+from siding.devkit.sim_produce import produce
+from siding.devkit.wait import wait_until
+from siding.model import delivery_id
+from siding.v1 import consumer_pb2, consumer_pb2_grpc
+from tests.e2e.loops import LoopThread
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Context = grpc.aio.ServicerContext[object, object]
+SLOW_S = 2.0
+FAST_S = 0.005
+SAMPLE_S = 0.01
+
+
+def fate(offset: int) -> str:
+    """3 in 10 slow in the main lane (parked), 3 in 10 RETRY and then slow in lane 1."""
+    return {0: "slow", 1: "slow", 2: "slow", 3: "retry", 4: "retry", 5: "retry"}.get(
+        offset % 10, "ack"
+    )
+
+
+@dataclass
+class Counting(consumer_pb2_grpc.ConsumerServicer):
+    """Counts the calls it holds open (received, not yet answered) and when each began."""
+
+    open: int = 0
+    peak: int = 0
+    starts: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    asked: Counter[tuple[str, int]] = field(default_factory=Counter)
+    acked: set[str] = field(default_factory=set)
+
+    async def answer(self, d: consumer_pb2.Delivery) -> consumer_pb2.Result:
+        self.open += 1
+        self.peak = max(self.peak, self.open)
+        self.starts.append(time.monotonic())
+        self.asked[(d.id, d.attempt)] += 1
+        try:
+            kind = fate(d.offset)
+            slow = (kind == "slow" and d.attempt == 1) or (kind == "retry" and d.attempt > 1)
+            await asyncio.sleep(SLOW_S if slow else FAST_S)
+            if kind == "retry" and d.attempt == 1:
+                return consumer_pb2.Result(delivery_id=d.id, verdict=consumer_pb2.VERDICT_RETRY)
+            self.acked.add(d.id)
+            return consumer_pb2.Result(delivery_id=d.id, verdict=consumer_pb2.VERDICT_ACK)
+        finally:
+            self.open -= 1
+
+    async def Deliver(
+        self, request: consumer_pb2.Delivery, context: Context
+    ) -> consumer_pb2.Result:
+        return await self.answer(request)
+
+    async def DeliverStream(
+        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context
+    ) -> AsyncIterator[consumer_pb2.Result]:
+        results: asyncio.Queue[consumer_pb2.Result | None] = asyncio.Queue()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def one(d: consumer_pb2.Delivery) -> None:
+            await results.put(await self.answer(d))
+
+        async def read() -> None:
+            async for d in request_iterator:
+                task = asyncio.create_task(one(d))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            while pending:
+                await asyncio.gather(*list(pending))
+            await results.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (result := await results.get()) is not None:
+                yield result
+        finally:
+            reader.cancel()
+            for task in pending:
+                task.cancel()
+
+    async def sample(self) -> None:
+        while True:
+            self.samples.append(self.open)
+            await asyncio.sleep(SAMPLE_S)
+
+
+@pytest.fixture
+def counting() -> Iterator[tuple[Counting, str]]:
+    loop = LoopThread()
+    consumer = Counting()
+
+    async def start() -> tuple[grpc.aio.Server, int, asyncio.Task[None]]:
+        server = grpc.aio.server()
+        consumer_pb2_grpc.add_ConsumerServicer_to_server(consumer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port, asyncio.create_task(consumer.sample())
+
+    server, port, sampler = loop.run(start())
+    yield consumer, f"grpc://127.0.0.1:{port}"
+
+    async def stop() -> None:
+        sampler.cancel()
+        await server.stop(0)
+
+    loop.run(stop())
+    loop.close()
+
+
+def most_in_any_second(starts: list[float]) -> int:
+    ordered = sorted(starts)
+    return max(
+        (sum(1 for t in ordered[i:] if t < s + 1.0) for i, s in enumerate(ordered)), default=0
+    )
+
+
+def run_route(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic: str,
+    consumer: Counting,
+    endpoint: str,
+    count: int,
+    **limits: Any,
+) -> float:
+    """Produce ``count`` messages at 200 msg/s into a running route; return the seconds from
+    the first message to the last ACK."""
+    route = {
+        "name": topic[-80:],
+        "topic": topic,
+        "group": f"{topic}-group",
+        "endpoint": endpoint,
+        "deadline": "5s",
+        "lanes": [{"delay": "500ms", "deadline": "5s"}],
+        "park": {"ceiling": "200ms"},
+        "min_partitions": 2,  # two main-lane tasks, in two Python workers
+        "dlq_flood_min_batch": 1_000_000,
+        # The window stays at the limit: this is about the budget, not the adaptive limit.
+        "adaptive": {"enabled": False},
+        **limits,
+    }
+    produce(kafka.bootstrap, topic, 1)  # the topic exists before the route starts
+    ids = {delivery_id(topic, 0, o) for o in range(count + 1)}
+    with PipelineRun.from_route(
+        kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", spark=spark
+    ) as run:
+        started = time.monotonic()
+        producing = threading.Thread(
+            target=produce, args=(kafka.bootstrap, topic, count), kwargs={"rate": 200}
+        )
+        producing.start()
+        producing.join()
+        wait_until(
+            lambda: consumer.acked >= ids,
+            timeout_s=240,
+            what="every message acknowledged",
+            check=run.check,
+        )
+        elapsed = time.monotonic() - started
+        run.wait_committed({0: count + 1}, timeout_s=60)
+        assert not run.dead_letters()
+    # Nothing lost, nobody asked twice about an answer it gave
+    assert {i for i, _ in consumer.asked} == ids
+    assert max(consumer.asked.values()) == 1
+    retried = {delivery_id(topic, 0, o) for o in range(count + 1) if fate(o) == "retry"}
+    assert {i for i, attempt in consumer.asked if attempt == 2} == retried
+    return elapsed
+
+
+def test_the_consumer_never_holds_more_calls_than_max_in_flight(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    counting: tuple[Counting, str],
+) -> None:
+    # Given max_in_flight = 40, and 600 messages at 200 msg/s of which 3 in 10 take 2 s in the
+    # main lane (parked) and 3 in 10 answer RETRY and then take 2 s in lane 1
+    consumer, endpoint = counting
+    count = 600
+    topic = topic_name("budget-in-flight")
+    # When the route delivers them
+    elapsed = run_route(
+        kafka, spark, tmp_path, topic, consumer, endpoint, count, max_in_flight=40
+    )
+    # Then the consumer's own count of open calls never went above 40
+    print(
+        f"\nin flight at the consumer: peak {consumer.peak}, highest 10 ms sample"
+        f" {max(consumer.samples)}, {len(consumer.samples)} samples;"
+        f" delivered {count / elapsed:.1f} msg/s over {elapsed:.1f} s"
+    )
+    assert max(consumer.samples) <= 40
+    assert consumer.peak <= 40
+    # And the limit was what held it back (the demand was far above it)
+    assert consumer.peak >= 35
+
+
+def test_the_consumer_never_gets_more_sends_in_a_second_than_rate_limit(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    counting: tuple[Counting, str],
+) -> None:
+    # Given rate_limit = 60 and the same traffic: three times that much at first, and lane 1's
+    # and the park lane's sends on top
+    consumer, endpoint = counting
+    count = 300
+    topic = topic_name("budget-rate")
+    # When the route delivers them
+    elapsed = run_route(
+        kafka, spark, tmp_path, topic, consumer, endpoint, count, rate_limit=60
+    )
+    # Then no second at the consumer held more than 60 sends, and the rate was used
+    worst = most_in_any_second(consumer.starts)
+    print(f"\nmost sends in any 1 s at the consumer: {worst}; delivered over {elapsed:.1f} s")
+    assert worst <= 60
+    assert worst >= 50
