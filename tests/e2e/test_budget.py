@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import grpc
 import grpc.aio
 import pytest
 
@@ -69,12 +70,16 @@ class Counting(consumer_pb2_grpc.ConsumerServicer):
             self.open -= 1
 
     async def Deliver(
-        self, request: consumer_pb2.Delivery, context: Context
+        self,
+        request: consumer_pb2.Delivery,
+        context: Context,  # noqa: ARG002
     ) -> consumer_pb2.Result:
         return await self.answer(request)
 
     async def DeliverStream(
-        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.Delivery],
+        context: Context,  # noqa: ARG002
     ) -> AsyncIterator[consumer_pb2.Result]:
         results: asyncio.Queue[consumer_pb2.Result | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
@@ -99,6 +104,14 @@ class Counting(consumer_pb2_grpc.ConsumerServicer):
             reader.cancel()
             for task in pending:
                 task.cancel()
+
+    async def DeliverBatches(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],  # noqa: ARG002
+        context: Context,
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no batches here")
+        yield consumer_pb2.ResultBatch()
 
     async def sample(self) -> None:
         while True:
@@ -203,9 +216,7 @@ def test_the_consumer_never_holds_more_calls_than_max_in_flight(
     count = 600
     topic = topic_name("budget-in-flight")
     # When the route delivers them
-    elapsed = run_route(
-        kafka, spark, tmp_path, topic, consumer, endpoint, count, max_in_flight=40
-    )
+    elapsed = run_route(kafka, spark, tmp_path, topic, consumer, endpoint, count, max_in_flight=40)
     # Then the consumer's own count of open calls never went above 40
     print(
         f"\nin flight at the consumer: peak {consumer.peak}, highest 10 ms sample"
@@ -231,9 +242,7 @@ def test_the_consumer_never_gets_more_sends_in_a_second_than_rate_limit(
     count = 300
     topic = topic_name("budget-rate")
     # When the route delivers them
-    elapsed = run_route(
-        kafka, spark, tmp_path, topic, consumer, endpoint, count, rate_limit=60
-    )
+    elapsed = run_route(kafka, spark, tmp_path, topic, consumer, endpoint, count, rate_limit=60)
     # Then no second at the consumer held more than 60 sends, and the rate was used
     worst = most_in_any_second(consumer.starts)
     print(f"\nmost sends in any 1 s at the consumer: {worst}; delivered over {elapsed:.1f} s")
