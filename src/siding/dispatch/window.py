@@ -63,6 +63,7 @@ async def dispatch(
     park_timer: ParkTimer | None = None,
     drain: asyncio.Event | None = None,
     budget: Budget | None = None,
+    limit: adaptive.LimitCell | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -76,7 +77,8 @@ async def dispatch(
     is sent: calls still out are parked and items not sent yet are handed to the park lane
     unsent (parking routes only; others go on to the end). ``budget`` is the in-flight and rate
     budget of the route and endpoint, shared with every other window sending there (a call holds
-    its slot until it ends, parked or not); it replaces ``settings.rate_limit``.
+    its slot until it ends, parked or not); it replaces ``settings.rate_limit``. ``limit`` holds
+    the adaptive limit across dispatches (a fresh one starts at ``max_in_flight``).
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -95,6 +97,7 @@ async def dispatch(
         park_timer=park_timer or ParkTimer(),
         drain=drain,
         budget=budget,
+        limit=limit,
     )
     return await window.run()
 
@@ -114,6 +117,7 @@ class _Window:
         park_timer: ParkTimer,
         drain: asyncio.Event | None = None,
         budget: Budget | None = None,
+        limit: adaptive.LimitCell | None = None,
     ) -> None:
         self._transport = transport
         self._budget = budget
@@ -141,7 +145,13 @@ class _Window:
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
-        self._limit = adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
+        self._cell = limit or adaptive.LimitCell()
+        if self._cell.state is None:
+            self._cell.state = adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
+        else:  # kept from earlier batches, under this batch's bounds
+            self._cell.state = adaptive.rebound(
+                self._cell.state, settings.max_in_flight, settings.adaptive
+            )
         self._bucket = (
             TokenBucket(settings.rate_limit, settings.rate_burst)
             if settings.rate_limit and budget is None
@@ -196,6 +206,12 @@ class _Window:
                 unwatch()
             await self._cancel_all(watches)
         return self._report()
+
+    @property
+    def _limit(self) -> adaptive.Limit:
+        state = self._cell.state
+        assert state is not None  # set in __init__
+        return state
 
     def _launch(self) -> float | None:
         """Start every send that may start now; the seconds until one may start by time alone."""
@@ -392,7 +408,7 @@ class _Window:
     def _on_answer(self, index: int, outcome: Outcome, latency_s: float) -> None:
         delivery = self._work[index].delivery
         self._breaker.record(outcome.kind)
-        self._limit = adaptive.update(
+        self._cell.state = adaptive.update(
             self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
         )
         self._stats.answered(outcome.kind, latency_s)

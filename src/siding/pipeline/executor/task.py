@@ -344,6 +344,7 @@ def deliver(
             breaker=breaker,
             park_timer=timer,
             budget=budget,
+            limit=rt.limit(key, settings.lane, settings.max_in_flight, settings.adaptive),
         )
     )
     if report.parked:
