@@ -5,12 +5,9 @@ lane 1 at the same time, over several main-lane tasks (several Python workers)."
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +20,8 @@ from siding.devkit.harness import PipelineRun
 from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.model import delivery_id
-from siding.v1 import consumer_pb2, consumer_pb2_grpc
-from tests.e2e.loops import LoopThread
+from siding.v1 import consumer_pb2
+from tests.e2e.counting import Counting, counting_consumer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,7 +29,6 @@ if TYPE_CHECKING:
 Context = grpc.aio.ServicerContext[object, object]
 SLOW_S = 2.0
 FAST_S = 0.005
-SAMPLE_S = 0.01
 
 
 def fate(offset: int) -> str:
@@ -42,111 +38,28 @@ def fate(offset: int) -> str:
     )
 
 
-@dataclass
-class Counting(consumer_pb2_grpc.ConsumerServicer):
-    """Counts the calls it holds open (received, not yet answered) and when each began."""
-
-    open: int = 0
-    peak: int = 0
-    starts: list[float] = field(default_factory=list)
-    samples: list[int] = field(default_factory=list)
-    asked: Counter[tuple[str, int]] = field(default_factory=Counter)
-    acked: set[str] = field(default_factory=set)
-
-    async def answer(self, d: consumer_pb2.Delivery) -> consumer_pb2.Result:
-        self.open += 1
-        self.peak = max(self.peak, self.open)
-        self.starts.append(time.monotonic())
-        self.asked[(d.id, d.attempt)] += 1
-        try:
-            kind = fate(d.offset)
-            slow = (kind == "slow" and d.attempt == 1) or (kind == "retry" and d.attempt > 1)
-            await asyncio.sleep(SLOW_S if slow else FAST_S)
-            if kind == "retry" and d.attempt == 1:
-                return consumer_pb2.Result(delivery_id=d.id, verdict=consumer_pb2.VERDICT_RETRY)
-            self.acked.add(d.id)
-            return consumer_pb2.Result(delivery_id=d.id, verdict=consumer_pb2.VERDICT_ACK)
-        finally:
-            self.open -= 1
-
-    async def Deliver(
-        self,
-        request: consumer_pb2.Delivery,
-        context: Context,  # noqa: ARG002
-    ) -> consumer_pb2.Result:
-        return await self.answer(request)
-
-    async def DeliverStream(
-        self,
-        request_iterator: AsyncIterator[consumer_pb2.Delivery],
-        context: Context,  # noqa: ARG002
-    ) -> AsyncIterator[consumer_pb2.Result]:
-        results: asyncio.Queue[consumer_pb2.Result | None] = asyncio.Queue()
-        pending: set[asyncio.Task[None]] = set()
-
-        async def one(d: consumer_pb2.Delivery) -> None:
-            await results.put(await self.answer(d))
-
-        async def read() -> None:
-            async for d in request_iterator:
-                task = asyncio.create_task(one(d))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            while pending:
-                await asyncio.gather(*list(pending))
-            await results.put(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (result := await results.get()) is not None:
-                yield result
-        finally:
-            reader.cancel()
-            for task in pending:
-                task.cancel()
-
-    async def DeliverBatches(
-        self,
-        request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],  # noqa: ARG002
-        context: Context,
-    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no batches here")
-        yield consumer_pb2.ResultBatch()
-
-    async def sample(self) -> None:
-        while True:
-            self.samples.append(self.open)
-            await asyncio.sleep(SAMPLE_S)
+def behave(d: consumer_pb2.Delivery, _open: int) -> tuple[float, bool]:
+    kind = fate(d.offset)
+    slow = (kind == "slow" and d.attempt == 1) or (kind == "retry" and d.attempt > 1)
+    return (SLOW_S if slow else FAST_S), kind == "retry" and d.attempt == 1
 
 
 @pytest.fixture
 def counting() -> Iterator[tuple[Counting, str]]:
-    loop = LoopThread()
-    consumer = Counting()
-
-    async def start() -> tuple[grpc.aio.Server, int, asyncio.Task[None]]:
-        server = grpc.aio.server()
-        consumer_pb2_grpc.add_ConsumerServicer_to_server(consumer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        return server, port, asyncio.create_task(consumer.sample())
-
-    server, port, sampler = loop.run(start())
-    yield consumer, f"grpc://127.0.0.1:{port}"
-
-    async def stop() -> None:
-        sampler.cancel()
-        await server.stop(0)
-
-    loop.run(stop())
-    loop.close()
+    with counting_consumer(behave) as served:
+        yield served
 
 
-def most_in_any_second(starts: list[float]) -> int:
+def most_in_any_second(starts: list[float]) -> tuple[int, float]:
+    """The most sends that began within 1 s of each other, and when that second began."""
     ordered = sorted(starts)
-    return max(
-        (sum(1 for t in ordered[i:] if t < s + 1.0) for i, s in enumerate(ordered)), default=0
-    )
+    counts = [(sum(1 for t in ordered[i:] if t < s + 1.0), s) for i, s in enumerate(ordered)]
+    return max(counts, default=(0, 0.0))
+
+
+def around(starts: list[float], at: float) -> list[int]:
+    """Sends per 100 ms from 0.5 s before ``at`` to 1.5 s after (what the worst second holds)."""
+    return [sum(1 for t in starts if at + b / 10 <= t < at + (b + 1) / 10) for b in range(-5, 15)]
 
 
 def run_route(
@@ -220,10 +133,10 @@ def test_the_consumer_never_holds_more_calls_than_max_in_flight(
     # Then the consumer's own count of open calls never went above 40
     print(
         f"\nin flight at the consumer: peak {consumer.peak}, highest 10 ms sample"
-        f" {max(consumer.samples)}, {len(consumer.samples)} samples;"
+        f" {max(n for _, n in consumer.samples)}, {len(consumer.samples)} samples;"
         f" delivered {count / elapsed:.1f} msg/s over {elapsed:.1f} s"
     )
-    assert max(consumer.samples) <= 40
+    assert max(n for _, n in consumer.samples) <= 40
     assert consumer.peak <= 40
     # And the limit was what held it back (the demand was far above it)
     assert consumer.peak >= 35
@@ -244,7 +157,10 @@ def test_the_consumer_never_gets_more_sends_in_a_second_than_rate_limit(
     # When the route delivers them
     elapsed = run_route(kafka, spark, tmp_path, topic, consumer, endpoint, count, rate_limit=60)
     # Then no second at the consumer held more than 60 sends, and the rate was used
-    worst = most_in_any_second(consumer.starts)
-    print(f"\nmost sends in any 1 s at the consumer: {worst}; delivered over {elapsed:.1f} s")
+    worst, at = most_in_any_second(consumer.starts)
+    print(
+        f"\nmost sends in any 1 s at the consumer: {worst}; delivered over {elapsed:.1f} s;"
+        f" per 100 ms around it: {around(consumer.starts, at)}"
+    )
     assert worst <= 60
     assert worst >= 50
