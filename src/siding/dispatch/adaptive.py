@@ -60,8 +60,9 @@ _SMOOTHING = 0.2
 _SHARE_SMOOTHING = 0.05
 # Timer noise: a baseline of a few microseconds must not make every answer look slow.
 _SLACK_S = 0.001
-# A sample window ends once it holds this many good answers and has lasted one latency (the
-# effect of a change of the limit shows one latency later); it keeps at most MAX_SAMPLES.
+# A sample window ends once it holds this many good answers (fewer below a limit of as many)
+# and has lasted one latency; it keeps at most MAX_SAMPLES. The answers of the latency after a
+# window ended are not sampled: they are of calls sent under the limit before.
 MIN_SAMPLES = 10
 MAX_SAMPLES = 200
 # One window's cut is at most this (a latency spike is not a reason to drop to the floor).
@@ -85,6 +86,7 @@ class Limit:
     window_at: float | None = None
     last_median_s: float = 0.0
     ramping: bool = True
+    skip_until: float = -math.inf
 
     @property
     def current(self) -> int:
@@ -166,15 +168,19 @@ def update(
             ramping=False,
         )
     # Latency samples come from good answers only: an instant refusal says nothing about speed.
+    if now < state.skip_until:
+        return replace(state, smoothed_s=smoothed, retry_share=share)
     window_at = now if state.window_at is None else state.window_at
     samples = state.samples if len(state.samples) >= MAX_SAMPLES else (*state.samples, latency_s)
     state = replace(
         state, smoothed_s=smoothed, retry_share=share, samples=samples, window_at=window_at
     )
-    if len(samples) < MIN_SAMPLES or now - window_at < state.last_median_s:
+    enough = min(MIN_SAMPLES, max(1, state.current))
+    if len(samples) < enough or now - window_at < state.last_median_s:
         return state
-    ended = after_window(state, statistics.median(samples), settings)
-    return replace(ended, samples=(), window_at=None)
+    median = statistics.median(samples)
+    ended = after_window(state, median, settings)
+    return replace(ended, samples=(), window_at=None, skip_until=now + median)
 
 
 class LimitCell:
