@@ -4,17 +4,18 @@ answered), samples that count every 10 ms, and answers as a ``Behave`` function 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 
 import grpc
 import grpc.aio
 
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
-from tests.e2e.loops import LoopThread
 
 Context = grpc.aio.ServicerContext[object, object]
 # (the delivery, the calls open with it) -> (seconds to take, answer RETRY instead of ACK)
@@ -98,27 +99,77 @@ class Counting(consumer_pb2_grpc.ConsumerServicer):
             await asyncio.sleep(SAMPLE_S)
 
 
-@contextmanager
-def counting_consumer(behave: Behave) -> Iterator[tuple[Counting, str]]:
-    """``with counting_consumer(behave) as (consumer, endpoint):`` on its own loop thread."""
-    loop = LoopThread()
-    consumer = Counting(behave)
+@dataclass(frozen=True)
+class Seen:
+    """What the consumer saw, as of when it was asked."""
 
-    async def start() -> tuple[grpc.aio.Server, int, asyncio.Task[None]]:
+    peak: int
+    starts: list[float]
+    samples: list[tuple[float, int]]
+    asked: Counter[tuple[str, int]]
+    acked: set[str]
+
+
+def _serve(behave: Behave, conn: Connection) -> None:
+    """In the consumer's own process: serve, and answer the test's questions on ``conn``."""
+
+    async def main() -> None:
+        consumer = Counting(behave)
         server = grpc.aio.server()
         consumer_pb2_grpc.add_ConsumerServicer_to_server(consumer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        return server, port, asyncio.create_task(consumer.sample())
+        sampler = asyncio.create_task(consumer.sample())
+        conn.send(port)
+        loop = asyncio.get_running_loop()
+        while (question := await loop.run_in_executor(None, conn.recv)) != "stop":
+            if question == "acked":
+                conn.send(set(consumer.acked))
+            else:
+                c = consumer
+                conn.send(Seen(c.peak, c.starts, c.samples, c.asked, set(c.acked)))
+        sampler.cancel()
+        await server.stop(0)
 
-    server, port, sampler = loop.run(start())
+    asyncio.run(main())
+
+
+class RemoteConsumer:
+    """The counting consumer in a process of its own: the test's process is also Spark's driver,
+    and a consumer sharing its interpreter would read its calls in bursts (the GIL), which is
+    not what siding sent."""
+
+    def __init__(self, behave: Behave) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(behave, child), daemon=True)
+        self._process.start()
+        if not self._conn.poll(60):
+            raise RuntimeError("the counting consumer did not start")
+        self.endpoint = f"grpc://127.0.0.1:{self._conn.recv()}"
+
+    def acked(self) -> set[str]:
+        self._conn.send("acked")
+        acked: set[str] = self._conn.recv()
+        return acked
+
+    def seen(self) -> Seen:
+        self._conn.send("all")
+        seen: Seen = self._conn.recv()
+        return seen
+
+    def stop(self) -> None:
+        self._conn.send("stop")
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+@contextmanager
+def counting_consumer(behave: Behave) -> Iterator[RemoteConsumer]:
+    """``with counting_consumer(behave) as consumer:`` (a module-level ``behave``)."""
+    consumer = RemoteConsumer(behave)
     try:
-        yield consumer, f"grpc://127.0.0.1:{port}"
+        yield consumer
     finally:
-
-        async def stop() -> None:
-            sampler.cancel()
-            await server.stop(0)
-
-        loop.run(stop())
-        loop.close()
+        consumer.stop()

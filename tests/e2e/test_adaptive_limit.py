@@ -56,31 +56,32 @@ def test_the_limit_settles_near_the_consumers_knee(
         "min_partitions": 2,
         "adaptive": {"enabled": adaptive},
     }
-    with counting_consumer(queueing) as (consumer, endpoint):
-        route["endpoint"] = endpoint
+    with counting_consumer(queueing) as consumer:
+        route["endpoint"] = consumer.endpoint
         # When the route delivers them
         with PipelineRun.from_route(
             kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", spark=spark
         ) as run:
             wait_until(
-                lambda: consumer.acked >= ids,
+                lambda: consumer.acked() >= ids,
                 timeout_s=300,
                 what="every message acknowledged",
                 check=run.check,
             )
             run.wait_committed({0: count}, timeout_s=60)
+        seen = consumer.seen()
     # The consumer's count while it was busy, past the first second (a worker's ramp)
-    busy = [(t, n) for t, n in consumer.samples if n > 0]
+    busy = [(t, n) for t, n in seen.samples if n > 0]
     first = busy[0][0]
     settled = [n for t, n in busy if t > first + 1.0]
     median = statistics.median(settled)
     p90 = statistics.quantiles(settled, n=10)[-1]
     print(
         f"\nadaptive={adaptive}: open calls at the consumer median {median}, p90 {p90:.0f},"
-        f" peak {consumer.peak} (knee {KNEE}, max_in_flight {MAX_IN_FLIGHT});"
+        f" peak {seen.peak} (knee {KNEE}, max_in_flight {MAX_IN_FLIGHT});"
         f" {len(settled)} samples"
     )
-    assert {i for i, _ in consumer.asked} == ids
+    assert {i for i, _ in seen.asked} == ids
     if adaptive:
         # Then siding held the consumer near its knee: the baseline is measured at the floor
         # (one call per main-lane task, 2), so it settles near knee + 2 x 2, and never at 200
@@ -89,5 +90,5 @@ def test_the_limit_settles_near_the_consumers_knee(
     else:
         # Without it, the backlog filled the window: the consumer was pushed far past its knee,
         # past what the adaptive run is held to (the control: the demand was there)
-        assert consumer.peak >= MAX_IN_FLIGHT * 0.9
+        assert seen.peak >= MAX_IN_FLIGHT * 0.9
         assert p90 > 3 * (KNEE + 4)

@@ -5,7 +5,6 @@ lane 1 at the same time, over several main-lane tasks (several Python workers)."
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.model import delivery_id
 from siding.v1 import consumer_pb2
-from tests.e2e.counting import Counting, counting_consumer
+from tests.e2e.counting import RemoteConsumer, Seen, counting_consumer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,9 +44,9 @@ def behave(d: consumer_pb2.Delivery, _open: int) -> tuple[float, bool]:
 
 
 @pytest.fixture
-def counting() -> Iterator[tuple[Counting, str]]:
-    with counting_consumer(behave) as served:
-        yield served
+def counting() -> Iterator[RemoteConsumer]:
+    with counting_consumer(behave) as consumer:
+        yield consumer
 
 
 def most_in_any_second(starts: list[float]) -> tuple[int, float]:
@@ -67,18 +66,17 @@ def run_route(
     spark: SparkSession,
     tmp_path: Path,
     topic: str,
-    consumer: Counting,
-    endpoint: str,
+    consumer: RemoteConsumer,
     count: int,
     **limits: Any,
-) -> float:
-    """Produce ``count`` messages at 200 msg/s into a running route; return the seconds from
-    the first message to the last ACK."""
+) -> tuple[Seen, float]:
+    """Produce ``count`` messages at 200 msg/s into a running route; return what the consumer
+    saw and the seconds from the first message to the last ACK."""
     route = {
         "name": topic[-80:],
         "topic": topic,
         "group": f"{topic}-group",
-        "endpoint": endpoint,
+        "endpoint": consumer.endpoint,
         "deadline": "5s",
         "lanes": [{"delay": "500ms", "deadline": "5s"}],
         "park": {"ceiling": "200ms"},
@@ -94,13 +92,9 @@ def run_route(
         kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", spark=spark
     ) as run:
         started = time.monotonic()
-        producing = threading.Thread(
-            target=produce, args=(kafka.bootstrap, topic, count), kwargs={"rate": 200}
-        )
-        producing.start()
-        producing.join()
+        produce(kafka.bootstrap, topic, count, rate=200)
         wait_until(
-            lambda: consumer.acked >= ids,
+            lambda: consumer.acked() >= ids,
             timeout_s=240,
             what="every message acknowledged",
             check=run.check,
@@ -108,12 +102,13 @@ def run_route(
         elapsed = time.monotonic() - started
         run.wait_committed({0: count + 1}, timeout_s=60)
         assert not run.dead_letters()
+    seen = consumer.seen()
     # Nothing lost, nobody asked twice about an answer it gave
-    assert {i for i, _ in consumer.asked} == ids
-    assert max(consumer.asked.values()) == 1
+    assert {i for i, _ in seen.asked} == ids
+    assert max(seen.asked.values()) == 1
     retried = {delivery_id(topic, 0, o) for o in range(count + 1) if fate(o) == "retry"}
-    assert {i for i, attempt in consumer.asked if attempt == 2} == retried
-    return elapsed
+    assert {i for i, attempt in seen.asked if attempt == 2} == retried
+    return seen, elapsed
 
 
 def test_the_consumer_never_holds_more_calls_than_max_in_flight(
@@ -121,25 +116,24 @@ def test_the_consumer_never_holds_more_calls_than_max_in_flight(
     spark: SparkSession,
     tmp_path: Path,
     topic_name: Callable[[str], str],
-    counting: tuple[Counting, str],
+    counting: RemoteConsumer,
 ) -> None:
     # Given max_in_flight = 40, and 600 messages at 200 msg/s of which 3 in 10 take 2 s in the
     # main lane (parked) and 3 in 10 answer RETRY and then take 2 s in lane 1
-    consumer, endpoint = counting
     count = 600
     topic = topic_name("budget-in-flight")
     # When the route delivers them
-    elapsed = run_route(kafka, spark, tmp_path, topic, consumer, endpoint, count, max_in_flight=40)
+    seen, elapsed = run_route(kafka, spark, tmp_path, topic, counting, count, max_in_flight=40)
     # Then the consumer's own count of open calls never went above 40
     print(
-        f"\nin flight at the consumer: peak {consumer.peak}, highest 10 ms sample"
-        f" {max(n for _, n in consumer.samples)}, {len(consumer.samples)} samples;"
+        f"\nin flight at the consumer: peak {seen.peak}, highest 10 ms sample"
+        f" {max(n for _, n in seen.samples)}, {len(seen.samples)} samples;"
         f" delivered {count / elapsed:.1f} msg/s over {elapsed:.1f} s"
     )
-    assert max(n for _, n in consumer.samples) <= 40
-    assert consumer.peak <= 40
+    assert max(n for _, n in seen.samples) <= 40
+    assert seen.peak <= 40
     # And the limit was what held it back (the demand was far above it)
-    assert consumer.peak >= 35
+    assert seen.peak >= 35
 
 
 def test_the_consumer_never_gets_more_sends_in_a_second_than_rate_limit(
@@ -147,20 +141,19 @@ def test_the_consumer_never_gets_more_sends_in_a_second_than_rate_limit(
     spark: SparkSession,
     tmp_path: Path,
     topic_name: Callable[[str], str],
-    counting: tuple[Counting, str],
+    counting: RemoteConsumer,
 ) -> None:
     # Given rate_limit = 60 and the same traffic: three times that much at first, and lane 1's
     # and the park lane's sends on top
-    consumer, endpoint = counting
     count = 300
     topic = topic_name("budget-rate")
     # When the route delivers them
-    elapsed = run_route(kafka, spark, tmp_path, topic, consumer, endpoint, count, rate_limit=60)
+    seen, elapsed = run_route(kafka, spark, tmp_path, topic, counting, count, rate_limit=60)
     # Then no second at the consumer held more than 60 sends, and the rate was used
-    worst, at = most_in_any_second(consumer.starts)
+    worst, at = most_in_any_second(seen.starts)
     print(
         f"\nmost sends in any 1 s at the consumer: {worst}; delivered over {elapsed:.1f} s;"
-        f" per 100 ms around it: {around(consumer.starts, at)}"
+        f" per 100 ms around it: {around(seen.starts, at)}"
     )
     assert worst <= 60
     assert worst >= 50
