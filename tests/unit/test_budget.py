@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from siding.dispatch import DispatchSettings, ParkSettings, Work, dispatch
+from siding.dispatch import AdaptiveSettings, DispatchSettings, ParkSettings, Work, dispatch
 from siding.dispatch.budget import (
     JITTER_S,
     LocalBudget,
@@ -21,6 +21,7 @@ from siding.dispatch.budget import (
     ring_window_s,
 )
 from siding.model import Delivery, Lane, delivery_id
+from siding.pipeline.executor.plan import share_among_executors
 from siding.steps import Done, Parked
 from siding.transport.fake import ScriptedTransport
 
@@ -133,3 +134,15 @@ async def test_parked_calls_hold_their_slots_until_they_answer() -> None:
     assert asyncio.get_running_loop().time() - started > 0.5
     await asyncio.gather(*(call.task for call in first.parked))
     assert budget.held == 0
+
+
+def test_a_batch_plan_gives_each_executor_its_share_of_the_route() -> None:
+    route = DispatchSettings(
+        max_in_flight=40, rate_limit=60.0, adaptive=AdaptiveSettings(min_in_flight=20)
+    )
+    # one executor (local mode): the whole budget, whatever the number of tasks
+    assert share_among_executors(route, 1) == route
+    # three: 14 calls and 20 sends per second each; the floor no higher than the share
+    three = share_among_executors(route, 3)
+    assert (three.max_in_flight, three.rate_limit) == (14, 20.0)
+    assert three.adaptive.min_in_flight == 14
