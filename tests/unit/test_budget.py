@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from siding.dispatch import AdaptiveSettings, DispatchSettings, ParkSettings, Work, dispatch
 from siding.dispatch.budget import (
-    JITTER_S,
+    ARRIVAL_SPREAD_S,
     LocalBudget,
     host_slots,
     rate_wait_s,
@@ -51,7 +51,7 @@ def test_the_rate_limit_remembers_one_seconds_sends(
     rate: float, size: int, window_s: float
 ) -> None:
     assert ring_size(rate) == size
-    assert ring_window_s(rate) == pytest.approx(window_s + JITTER_S)
+    assert ring_window_s(rate) == pytest.approx(window_s + ARRIVAL_SPREAD_S)
 
 
 def test_a_send_waits_for_a_token_and_for_the_send_a_second_ago() -> None:
@@ -60,7 +60,7 @@ def test_a_send_waits_for_a_token_and_for_the_send_a_second_ago() -> None:
     # no token: a tenth of a second at 10/s
     assert rate_wait_s(0.0, oldest_s=0.0, now=2.0, rate=10) == pytest.approx(0.1)
     # a token, but the 10th send back started 0.7 s ago: 0.3 s more (and the jitter's margin)
-    assert rate_wait_s(1.0, oldest_s=1.3, now=2.0, rate=10) == pytest.approx(0.3 + JITTER_S)
+    assert rate_wait_s(1.0, oldest_s=1.3, now=2.0, rate=10) == pytest.approx(0.3 + ARRIVAL_SPREAD_S)
     # the bucket refills at the rate, up to the burst
     assert refill(0.0, at=1.0, now=1.2, rate=10, burst=5) == pytest.approx(2.0)
     assert refill(0.0, at=1.0, now=9.0, rate=10, burst=5) == 5
@@ -94,7 +94,7 @@ def test_no_one_second_window_holds_more_sends_than_the_rate(
             lease.release()
     # Then any window of 1 s (closed at its start, open at its end) holds at most `rate` sends
     for i, start in enumerate(starts):
-        within = sum(1 for t in starts[i:] if t < start + 1.0 + JITTER_S)
+        within = sum(1 for t in starts[i:] if t < start + 1.0 + ARRIVAL_SPREAD_S)
         assert within <= max(1, math.floor(rate)), (start, within)
 
 

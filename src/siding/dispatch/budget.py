@@ -19,10 +19,12 @@ from typing import Protocol
 _EPSILON = 1e-9
 # The rate limit remembers at most this many send times (more than any sane per-second rate).
 RING_MAX = 100_000
-# A send reaches the consumer a little after the budget let it go, and not always equally late:
-# the window of the rate limit is this much longer than a second, so that such jitter does not
-# put one send too many into a second at the consumer's end.
-JITTER_S = 0.02
+# A send reaches the consumer's handler some time after the budget let it go, and not always
+# equally late (a worker's loop or the consumer's process not scheduled for a moment, on a busy
+# machine): the rate limit's window is this much longer than a second, so that sends let go up
+# to this far apart do not land in one second at the consumer. The cost: a route sends at most
+# rate_limit / (1 + ARRIVAL_SPREAD_S) per second sustained (80 %).
+ARRIVAL_SPREAD_S = 0.25
 
 
 class Lease(Protocol):
@@ -58,9 +60,10 @@ def ring_size(rate: float) -> int:
 
 
 def ring_window_s(rate: float) -> float:
-    """The span in which at most ``ring_size(rate)`` sends may start: 1 s (+ ``JITTER_S``) for
-    a rate of 1 or more, so no 1 s window ever holds more than ``rate`` sends; longer below 1."""
-    return ring_size(rate) / rate + JITTER_S
+    """The span in which at most ``ring_size(rate)`` sends may start: 1 s (+ the arrival
+    spread) for a rate of 1 or more, so no 1 s window at the consumer holds more than ``rate``
+    sends; longer below 1."""
+    return ring_size(rate) / rate + ARRIVAL_SPREAD_S
 
 
 def refill(tokens: float, at: float, now: float, rate: float, burst: float) -> float:
