@@ -148,6 +148,7 @@ def _write_atomically(path: Path, text: str) -> None:
         "w", dir=path.parent, prefix=f".{path.name}.", delete=False
     ) as f:
         f.write(text)
+    os.chmod(f.name, _MODE)  # the stamp too: another user (a service, an image's) reads it
     os.replace(f.name, path)
 
 

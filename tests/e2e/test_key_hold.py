@@ -21,7 +21,7 @@ from siding.devkit.harness import PipelineRun, config_text
 from siding.devkit.keycheck import first_acks, order_violations
 from siding.devkit.sim_consumer import Behaviour, fails_first_attempt, read_records
 from siding.devkit.sim_produce import produce
-from siding.devkit.wait import wait_until
+from siding.devkit.wait import WaitTimeout, wait_until
 from siding.model import delivery_id
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def test_sigkill_while_messages_are_held_loses_nothing_and_keeps_key_order(
     # When it is killed with SIGKILL mid-traffic, after some messages were retried and held
     proc = start()
     try:
-        wait_until(lambda: received() > 200, timeout_s=120, what="deliveries before the kill")
+        wait_until(lambda: received() > 200, timeout_s=180, what="deliveries before the kill")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -157,11 +157,16 @@ def test_sigkill_while_messages_are_held_loses_nothing_and_keeps_key_order(
     try:
         producer.join()
         watcher.wait_committed({0: count}, timeout_s=180)
-        wait_until(
-            lambda: len(first_acks(read_records(received_file), RULE)) == count,
-            timeout_s=90,
-            what="every message acknowledged after the restart",
-        )
+        try:
+            wait_until(
+                lambda: len(first_acks(read_records(received_file), RULE)) == count,
+                # a key's held records move one retry per main-lane batch (issue 27 item 5):
+                # under a loaded machine's 5 s batches, a key with ten retries takes a minute
+                timeout_s=240,
+                what="every message acknowledged after the restart",
+            )
+        except WaitTimeout as timeout:
+            raise AssertionError(_unfinished(watcher, received_file, count, log)) from timeout
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -174,3 +179,24 @@ def test_sigkill_while_messages_are_held_loses_nothing_and_keeps_key_order(
     # Messages that never failed were never charged an attempt, even when delivered again
     failing = _failing(count)
     assert {r.attempt for r in records if r.seq not in failing} == {1}
+
+
+def _unfinished(watcher: PipelineRun, received_file: Path, count: int, log: Path) -> str:
+    """What a failed wait for every first ACK saw: the missing messages, what the consumer
+    received of each, the lanes' and hold topic's committed offsets, the log's tail."""
+    records = read_records(received_file)
+    acked = first_acks(records, RULE)
+    topic = watcher.route.single_topic or ""
+    missing = sorted(o for o in range(count) if delivery_id(topic, 0, o) not in acked)
+    seen = {o: [(r.attempt, r.lane) for r in records if r.seq == o] for o in missing[:20]}
+    owned = [*naming.route_lane_topics(watcher.route), naming.hold_topic(watcher.route.name)]
+    lanes = {t: watcher.committed(t) for t in owned}
+    tail = log.read_text(errors="replace").splitlines()[-40:]
+    return "\n".join(
+        [
+            f"{len(missing)} of {count} never ACKed: {missing[:40]}",
+            f"received: {seen}",
+            f"committed: {lanes}",
+            *tail,
+        ]
+    )

@@ -290,8 +290,8 @@ def kill_one_add_one(s: Scenario, siding: Running, killed: Any) -> tuple[float, 
     wait_until(call_out, what="a call out on the instance to kill")
     gone = s.leases["killed"].consumer
     killed.kill()
+    killed_at = time.time()  # before the lease's stop, which may take a renewal's time
     s.leases["killed"].stop(leave=False)  # it died: nobody leaves, the lease lapses
-    killed_at = time.time()
     producer.join()
     s.python_instance("late")
     produce(s.kafka.bootstrap, s.topic, AFTER, rate=150.0, start_seq=WAITING + FLOWING)

@@ -108,6 +108,7 @@ events = st.one_of(
     st.sampled_from(list(OutcomeKind)).map(Answered),
     st.just(Tick()),
     st.booleans().map(Probed),
+    st.just(Tripped()),
 )
 
 
@@ -123,7 +124,10 @@ def test_invariants_hold_for_any_event_sequence(steps: list[tuple[float, Breaker
             assert 0 <= status.failures < SETTINGS.failure_threshold
         else:
             assert status.failures == 0
-            assert SETTINGS.open_for_s <= status.open_for_s <= SETTINGS.max_open_for_s
+            if status.death:  # a death keeps its pace, however many probes fail
+                assert status.open_for_s == min(SETTINGS.open_for_s, SETTINGS.death_probe_s)
+            else:
+                assert SETTINGS.open_for_s <= status.open_for_s <= SETTINGS.max_open_for_s
 
 
 @pytest.mark.parametrize(
@@ -133,6 +137,7 @@ def test_invariants_hold_for_any_event_sequence(steps: list[tuple[float, Breaker
         ({"open_for_s": 0}, "breaker.open_for_s"),
         ({"open_for_s": 5, "max_open_for_s": 1}, "breaker.max_open_for_s"),
         ({"probe_timeout_s": 0}, "breaker.probe_timeout_s"),
+        ({"death_probe_s": 0}, "breaker.death_probe_s"),
     ],
 )
 def test_bad_settings_name_the_key(kwargs: dict[str, Any], key: str) -> None:
@@ -143,8 +148,47 @@ def test_bad_settings_name_the_key(kwargs: dict[str, Any], key: str) -> None:
 
 def test_a_trip_opens_a_closed_breaker_at_once_and_changes_nothing_else() -> None:
     # The consumer died on a message sent to it alone: it is down, whatever the count says
-    assert run([(1.0, Tripped())]) == BreakerStatus(OPEN, 0, 2.0, 3.0)
+    assert run([(1.0, Tripped())]) == BreakerStatus(OPEN, 0, 1.0, 2.0, death=True)
     already = BreakerStatus(OPEN, 0, 8.0, 9.0)
     assert run([(1.0, Tripped())], start=already) == already
     probing = BreakerStatus(HALF_OPEN, 0, 8.0, 9.0)
     assert run([(10.0, Tripped())], start=probing) == probing
+
+
+def test_after_a_death_failed_probes_keep_a_steady_pace() -> None:
+    # The crash pill's slow mode (issue 27): a worker's breaker opened by a death probes while the
+    # consumer restarts, or just as the pill (sent alone by another worker) kills it anew. Each
+    # failed probe used to double the wait (5, 10, 20 s): innocents waited for the conviction.
+    status = run([(0.0, Tripped())])
+    opened_at = []
+    now = 0.0
+    for _ in range(4):  # four probes that meet the consumer down
+        now = status.open_until
+        status = transition(status, Tick(), now, SETTINGS)
+        assert status.state is HALF_OPEN
+        now += 0.5  # the probe waited for the channel, then failed
+        status = transition(status, Probed(ok=False), now, SETTINGS)
+        opened_at.append(status.open_for_s)
+    assert opened_at == [1.0, 1.0, 1.0, 1.0]
+    assert status.death
+    # And the first good probe closes it, forgetting the death
+    status = transition(
+        transition(status, Tick(), status.open_until, SETTINGS),
+        Probed(ok=True),
+        status.open_until,
+        SETTINGS,
+    )
+    assert status == BreakerStatus()
+
+
+def test_an_overload_still_backs_off() -> None:
+    # BACKOFF answers (an overloaded or unreachable consumer) open it; failed probes double it
+    status = run([(0.0, BACKOFF), (0.1, BACKOFF), (0.2, BACKOFF)])
+    assert not status.death
+    status = transition(transition(status, Tick(), 2.2, SETTINGS), Probed(ok=False), 2.3, SETTINGS)
+    assert status.open_for_s == 4.0 and not status.death
+
+
+def test_the_death_pace_is_never_longer_than_open_for() -> None:
+    short = BreakerSettings(open_for_s=0.5, max_open_for_s=10.0)
+    assert transition(BreakerStatus(), Tripped(), 0.0, short).open_for_s == 0.5

@@ -18,7 +18,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from siding import naming
-from siding.control import ControlServer, QueryHealth, health_document, status_document
+from siding.control import (
+    ControlServer,
+    QueryHealth,
+    health_document,
+    ready_document,
+    status_document,
+)
 from siding.control.kafka_view import LetterSummary, RouteKafka, lane_backlog, partition_lag
 from siding.dispatch import BreakerState, BreakerTransition, DispatchStats, LatencyHistogram
 from siding.errors import SidingError
@@ -119,6 +125,31 @@ def test_health_is_503_when_a_query_stopped(server: ControlServer, queries: Quer
 
 def test_health_is_503_before_any_query_started() -> None:
     assert health_document([])[0] == 503
+
+
+def test_ready_is_200_while_running_and_503_from_the_moment_a_drain_begins(
+    metrics: MetricsSink, queries: Queries
+) -> None:
+    # Given a server whose application is running, not draining
+    draining = False
+    with ControlServer(
+        ("127.0.0.1", 0), metrics, lambda: list(queries), draining=lambda: draining
+    ) as control:
+        code, body = get_json(control, "/ready")
+        assert (code, body["status"]) == (200, "ok")
+        # When a drain begins (SIGTERM): still healthy, no longer ready
+        draining = True
+        code, body = get_json(control, "/ready")
+        assert (code, body["status"]) == (503, "draining")
+        assert get_json(control, "/health")[0] == 200
+
+
+def test_ready_follows_health_when_not_draining() -> None:
+    stopped = [QueryHealth("siding.billing.main", False, "BatchFailed: broker down")]
+    assert ready_document([])[0] == 503  # no route running yet (Spark still starting)
+    assert ready_document(stopped)[0] == 503
+    assert ready_document([], idle_ok=True)[0] == 200  # waiting for routes made by the API
+    assert ready_document([QueryHealth("q", True)], draining=True)[0] == 503
 
 
 def test_status_shows_the_counts_fed_in(server: ControlServer, metrics: MetricsSink) -> None:

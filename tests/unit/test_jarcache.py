@@ -107,6 +107,9 @@ def test_jars_are_downloaded_verified_and_never_fetched_again(
     assert first == second == [tmp_path / "kafka" / "kafka-clients-3.9.2.jar"]
     assert first[0].read_bytes() == CLIENTS
     assert first[0].stat().st_mode & 0o777 == 0o644
+    # (the stamp that says they were verified too: a folder filled by root is used by a service
+    # user, or by an image's uid 10001, which cannot write it)
+    assert (tmp_path / "kafka" / ".verified").stat().st_mode & 0o777 == 0o644
     assert len(repository.requests) == 1
     assert _leftovers(tmp_path / "kafka") == []
 

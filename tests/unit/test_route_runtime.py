@@ -23,6 +23,7 @@ from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes,
 from siding.pipeline.driver.topics import Prepared, RouteFailed
 from siding.pipeline.offline import moves, owner
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
+from siding.routing.producer import distinct
 
 
 def _config(tmp_path: Path, *names: str) -> SidingConfig:
@@ -182,3 +183,33 @@ def test_a_query_error_is_told_by_its_line_about_siding() -> None:
     assert short_error(trace) == "siding.errors.BatchFailed: lane 1"
     assert short_error("first line\nsecond") == "first line"
     assert short_error("  ") == "unknown error"
+
+
+def test_a_query_error_is_never_told_by_a_stack_frame() -> None:
+    # (issue 27: a route once stopped on 'File ".../pipeline/batch.py", line 226, in ...')
+    trace = (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent"
+        " call last):\n"
+        '  File "/x/siding/pipeline/driver/batch.py", line 226, in run_with_retries\n'
+        "    return run()\n"
+        "siding.pipeline.driver.batch.BatchFailed: route r lane 0 batch 3: no\n"
+        "\tat org.apache.spark.sql.execution.streaming.StreamExecution.run(StreamExecution.scala:1)"
+    )
+    assert (
+        short_error(trace) == "siding.pipeline.driver.batch.BatchFailed: route r lane 0 batch 3: no"
+    )
+    spark_only = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/siding/cli/run.py", line 9, in run\n'
+        "org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized\n"
+        "\tat org.apache.kafka.X.y(X.java:1)"
+    )
+    assert short_error(spark_only) == (
+        "org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized"
+    )
+
+
+def test_a_write_that_fails_the_same_way_for_every_record_says_it_once() -> None:
+    errors = ["out: Local: Unknown topic"] * 20 + ["dlq: Broker: Not leader"]
+    assert distinct(errors) == "out: Local: Unknown topic (x20); dlq: Broker: Not leader"
+    assert distinct(["a", "b", "c", "d", "e"]) == "a; b; c; and 2 other error(s)"

@@ -4,7 +4,7 @@ from siding.control.app_health import application_health
 from siding.control.plane import ControlPlane
 from siding.control.prometheus import metrics_registry, render
 from siding.control.server import ControlServer
-from siding.control.status import QueryHealth, health_document, status_document
+from siding.control.status import QueryHealth, health_document, ready_document, status_document
 
 __all__ = [
     "ControlPlane",
@@ -13,6 +13,7 @@ __all__ = [
     "application_health",
     "health_document",
     "metrics_registry",
+    "ready_document",
     "render",
     "status_document",
 ]

@@ -27,6 +27,7 @@ class ControlPlane:
         poll_s: float = POLL_S,
         registry: RegistryService | None = None,
         drain: Callable[[], None] | None = None,
+        draining: Callable[[], bool] | None = None,
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
         topics = [route_topics(r) for r in config.route]
@@ -40,6 +41,7 @@ class ControlPlane:
             kafka=self.view.facts,
             registry=registry,
             drain=drain,
+            draining=draining,
         )
 
     def routes_changed(self, routes: Sequence[RouteConfig]) -> None:

@@ -73,9 +73,12 @@ class SidingRun:
                 controls=app.controls,
                 registry=self.registry,
                 drain=app.request_drain,
+                draining=app.drain.requested.is_set,
             )
             self.control.start()
-            log.info("siding: control API on %s (/health /status /metrics /routes)", self.url)
+            log.info(
+                "siding: control API on %s (/health /ready /status /metrics /routes)", self.url
+            )
         app.start()
         if self.registry is not None:
             self.registry.attach(app, self._routes_changed)

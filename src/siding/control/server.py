@@ -16,7 +16,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from siding.control import registry_api
 from siding.control.prometheus import metrics_registry, render
 from siding.control.registry import RegistryService
-from siding.control.status import KafkaFacts, QueryHealth, health_document, status_document
+from siding.control.status import (
+    KafkaFacts,
+    QueryHealth,
+    health_document,
+    ready_document,
+    status_document,
+)
 from siding.control.tokens import check_token
 from siding.errors import SidingError
 from siding.pipeline.driver.controls import ControlError, RouteControls
@@ -30,7 +36,8 @@ HealthSource = Callable[[], Sequence[QueryHealth]]
 
 
 class ControlServer:
-    """``GET /health``, ``/status`` and ``/metrics``; ``start()`` binds (port 0: a free port)."""
+    """``GET /health``, ``/ready``, ``/status`` and ``/metrics``; ``start()`` binds (port 0: a
+    free port)."""
 
     def __init__(
         self,
@@ -43,6 +50,7 @@ class ControlServer:
         kafka: KafkaFacts | None = None,
         registry: RegistryService | None = None,
         drain: Callable[[], None] | None = None,
+        draining: Callable[[], bool] | None = None,
     ) -> None:
         self._address = address
         self._metrics = metrics
@@ -52,6 +60,7 @@ class ControlServer:
         self._kafka = kafka
         self._registry = registry
         self._drain = drain
+        self._draining = draining
         self._prometheus = metrics_registry(metrics.snapshot, queries, kafka)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -105,6 +114,10 @@ class ControlServer:
             return 200, "text/html; charset=utf-8", page()
         if route == "/health":
             code, body = health_document(self._queries(), idle_ok=self._idle_ok())
+            return code, "application/json", _json(body)
+        if route == "/ready":
+            draining = self._draining is not None and self._draining()
+            code, body = ready_document(self._queries(), idle_ok=self._idle_ok(), draining=draining)
             return code, "application/json", _json(body)
         if self._registry is not None and route.startswith("/routes"):
             try:

@@ -35,6 +35,18 @@ def health_document(
     return (200 if healthy else 503), body
 
 
+def ready_document(
+    queries: Sequence[QueryHealth], *, idle_ok: bool = False, draining: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """``/ready``: ``/health``'s answer, except 503 from the moment a drain began (a stop is on
+    its way: a load balancer should send nothing new, while the process, still healthy, goes on
+    finishing its calls)."""
+    code, body = health_document(queries, idle_ok=idle_ok)
+    if draining:
+        return 503, {**body, "status": "draining"}
+    return code, body
+
+
 def _query(q: QueryHealth) -> dict[str, Any]:
     out: dict[str, Any] = {"name": q.name, "active": q.active}
     if q.error:

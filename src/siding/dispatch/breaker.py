@@ -21,12 +21,16 @@ class BreakerState(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class BreakerSettings:
     """``failure_threshold`` consecutive BACKOFF answers open the breaker for ``open_for_s``;
-    each failed probe doubles that, up to ``max_open_for_s``."""
+    each failed probe doubles that, up to ``max_open_for_s``. A death (the consumer died with
+    calls out) opens it for ``death_probe_s`` at most, and failed probes after a death keep that
+    pace instead of doubling: a consumer that restarts is back in seconds, and a probe that met it
+    down again (killed anew by a suspect another worker sent) says nothing about an overload."""
 
     failure_threshold: int = 5
     open_for_s: float = 1.0
     max_open_for_s: float = 60.0
     probe_timeout_s: float = 5.0
+    death_probe_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
@@ -37,16 +41,20 @@ class BreakerSettings:
             raise ConfigError("breaker.max_open_for_s", "must be at least open_for_s")
         if self.probe_timeout_s <= 0:
             raise ConfigError("breaker.probe_timeout_s", "must be positive")
+        if self.death_probe_s <= 0:
+            raise ConfigError("breaker.death_probe_s", "must be positive")
 
 
 @dataclass(frozen=True, slots=True)
 class BreakerStatus:
-    """The breaker's whole state; ``open_until`` is on the breaker's monotonic clock."""
+    """The breaker's whole state; ``open_until`` is on the breaker's monotonic clock;
+    ``death``: opened by a death (probes keep a steady pace), not by BACKOFF answers."""
 
     state: BreakerState = BreakerState.CLOSED
     failures: int = 0
     open_for_s: float = 0.0
     open_until: float = 0.0
+    death: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +97,7 @@ def transition(
         return BreakerStatus()
     if status.state is BreakerState.CLOSED:
         if isinstance(event, Tripped):
-            return _open(settings.open_for_s, now)
+            return _open(min(settings.open_for_s, settings.death_probe_s), now, death=True)
         if not isinstance(event, Answered):
             return status
         if event.kind is not OutcomeKind.BACKOFF:
@@ -106,12 +114,14 @@ def transition(
     if isinstance(event, Probed):
         if event.ok:
             return BreakerStatus()
+        if status.death:
+            return _open(status.open_for_s, now, death=True)
         return _open(min(status.open_for_s * 2, settings.max_open_for_s), now)
     return status
 
 
-def _open(open_for_s: float, now: float) -> BreakerStatus:
-    return BreakerStatus(BreakerState.OPEN, 0, open_for_s, now + open_for_s)
+def _open(open_for_s: float, now: float, *, death: bool = False) -> BreakerStatus:
+    return BreakerStatus(BreakerState.OPEN, 0, open_for_s, now + open_for_s, death)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +146,8 @@ class CircuitBreaker:
         OPEN      --open_for elapsed--> HALF_OPEN
         HALF_OPEN --probe() true--> CLOSED
         HALF_OPEN --probe() false, raised or timed out--> OPEN (open_for doubled, capped)
+        CLOSED    --trip() (a death)--> OPEN (open_for = min(open_for_s, death_probe_s));
+                  its failed probes reopen it for the same time, not doubled
 
     Only CLOSED lets sends through. Answers that arrive while OPEN or HALF_OPEN (sends started
     before it opened) are ignored. One caller of ``wait_closed`` probes; the others wait for it.

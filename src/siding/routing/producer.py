@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,15 @@ def durable_producer_conf(client_conf: Mapping[str, object]) -> dict[str, object
         {"acks": "all", "enable.idempotence": True, "max.in.flight.requests.per.connection": 5}
     )
     return conf
+
+
+def distinct(errors: Sequence[str], shown: int = 3) -> str:
+    """Pure: the first ``shown`` distinct errors, each with how often it came (a write to a
+    deleted topic fails every record the same way: one line, not one per record)."""
+    counts = Counter(errors)
+    parts = [f"{e} (x{n})" if n > 1 else e for e, n in list(counts.items())[:shown]]
+    more = len(counts) - shown
+    return "; ".join(parts) + (f"; and {more} other error(s)" if more > 0 else "")
 
 
 class DurableProducer:
@@ -75,8 +85,7 @@ class DurableProducer:
             raise
         if errors:
             self._replace()
-            shown = "; ".join(errors[:3])
-            raise DurableWriteError(f"{len(errors)} record(s) not written: {shown}")
+            raise DurableWriteError(f"{len(errors)} record(s) not written: {distinct(errors)}")
 
     def _write(
         self,

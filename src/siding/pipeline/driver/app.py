@@ -18,6 +18,7 @@ from siding.pipeline.driver.drain import Drain, quiet_py4j
 from siding.pipeline.driver.query import short_error
 from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes
 from siding.pipeline.driver.session import build_session, effective_master, task_slots
+from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
 
 if TYPE_CHECKING:
@@ -44,8 +45,10 @@ class Application:
     _admin: Any = None
     _routes: dict[str, RouteRuntime] = field(default_factory=dict)
     _routes_lock: threading.Lock = field(default_factory=threading.Lock)
+    stops: RouteStops = field(default_factory=RouteStops)
 
     def __post_init__(self) -> None:
+        self.stops = RouteStops(self.stop_event)
         self.controls = RouteControls(
             {route.name: route for route in self.config.route}, self.config.control.registry_topic
         )
@@ -66,6 +69,7 @@ class Application:
             stop=self.stop_event,
             controls=self.controls,
             drain=self.drain,
+            stops=self.stops,
         )
 
     def start(self) -> None:
@@ -157,8 +161,9 @@ class Application:
             self.request_drain()
 
     def run(self, poll_s: float = 0.5) -> None:
-        """Block until a drain or a stop is asked (``request_drain``, ``stop_event``) or a query
-        fails (``RouteFailed``)."""
+        """Block until a drain or a stop is asked (``request_drain``, ``stop_event``) or a route
+        stops (``RouteFailed``, whose message is the one line that says why: the reason a batch
+        recorded, or the failed query's)."""
         while not self.stop_event.is_set() and not self.drain.requested.wait(poll_s):
             for query in self.queries:
                 try:
@@ -166,11 +171,13 @@ class Application:
                     error = None if active else query.exception()
                 except Exception as exc:  # the JVM went away (it got the signal too)
                     if self.stop_event.is_set():
-                        return
-                    raise RouteFailed(f"lost the Spark driver: {exc}") from exc
+                        break
+                    raise RouteFailed(f"lost the Spark driver: {one_line(str(exc))}") from exc
                 if not active and query in self.queries:  # not a route being deleted
-                    self.stop_event.set()
-                    raise RouteFailed(f"{query.name} stopped: {short_error(str(error))}")
+                    self.stops.record(f"{query.name} stopped: {short_error(str(error))}")
+                    break
+        if self.stops.reason is not None:
+            raise RouteFailed(self.stops.reason)
 
     def drain_routes(self, poll_s: float = 0.1) -> None:
         """The drain (docs/operations.md, "Stopping siding"): no batch starts; wait, per route

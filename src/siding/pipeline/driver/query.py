@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,9 +95,19 @@ def start_query(
     return query
 
 
+# Lines of a Python or Java stack trace: they say where, never what failed.
+_FRAME = re.compile(r'^\s*(File "|at [\w.$]+\(|Traceback \(|\.\.\. \d+ more)')
+
+
 def short_error(text: str) -> str:
-    """The line of a query's error that says what failed (Spark wraps it in many)."""
-    for line in text.splitlines():
-        if "BatchFailed" in line or "siding" in line:
-            return line.strip()[:800]
-    return text.strip().splitlines()[0][:800] if text.strip() else "unknown error"
+    """The line of a query's error that says what failed (Spark wraps it in many): siding's own
+    error when there is one, else the first line that is not a stack frame."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if not _FRAME.match(line)]
+    for line in said:
+        if "siding.errors." in line or "BatchFailed" in line or "RouteStopped" in line:
+            return line[:800]
+    for line in said:
+        if "siding" in line:
+            return line[:800]
+    return (said or lines or ["unknown error"])[0][:800]

@@ -24,6 +24,7 @@ from siding.pipeline.driver.park_batch import ParkBatchHandler
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
+from siding.pipeline.driver.stops import RouteStops
 from siding.pipeline.offline import moves, owner, positions
 from siding.pipeline.offline.route_lock import RouteLock
 from siding.routing.producer import DurableProducer
@@ -64,8 +65,10 @@ class RouteRuntime:
         stop: threading.Event,
         controls: RouteControls,
         drain: Drain,
+        stops: RouteStops | None = None,
     ) -> None:
         self.route = route
+        self.stops = stops
         self.config = config
         self.sink = sink
         self.stop_event = stop
@@ -113,6 +116,11 @@ class RouteRuntime:
         if route_dir is not None:
             what = f"siding run of route {self.route.name}"
             self._lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
+
+    def lock_lost(self) -> str | None:
+        """Why the checkpoint lock no longer guards the route, or ``None``."""
+        lock = self._lock
+        return lock.lost() if lock is not None else None
 
     def _prepare(self) -> None:
         self._prepared = topics.prepare(self._admin, self.route)
@@ -167,6 +175,8 @@ class RouteRuntime:
                 controls=self.controls,
                 drain=self.drain,
                 progress=progress,
+                stops=self.stops,
+                lock_lost=self.lock_lost,
             )
             subscribe, topic = (
                 main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
@@ -205,6 +215,9 @@ class RouteRuntime:
             parallelism=spark.sparkContext.defaultParallelism,
             controls=self.controls,
             drain=self.drain,
+            stops=self.stops,
+            letter_producer=state_producer,
+            lock_lost=self.lock_lost,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)

@@ -8,13 +8,13 @@ from typing import Any
 
 from siding import naming
 from siding.config import RouteConfig
-from siding.errors import SidingError
+from siding.errors import RouteStopped
 from siding.kafka.admin import TopicSpec, ensure_topics, existing_topics, topic_config
 from siding.model import Ordering
 
 
-class RouteFailed(SidingError):
-    """A route's query stopped with an error; the message names the route and the cause."""
+class RouteFailed(RouteStopped):
+    """A route could not start, or stopped; the message names the route and the cause."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from siding.kafka.reader import read_to_end
@@ -95,12 +95,13 @@ class Tracker:
                 self._new_acks.append(delivery)
                 self._version += 1
 
-    def written(self, plan: TaskPlan) -> None:
-        """The task's records were written. In unordered mode the whole slice is durable; key
-        mode keeps ACKs only (a lane or hold record's key state is the driver's, written after
-        the tasks: a replay must dispatch it again to report it)."""
+    def written(self, plan: TaskPlan, pending: Collection[str] = ()) -> None:
+        """The task's records were written. In unordered mode the whole slice is durable but
+        the records whose ids are ``pending`` (dead letters the driver writes later); key mode
+        keeps ACKs only (a lane or hold record's key state is the driver's, written after the
+        tasks: a replay must dispatch it again to report it)."""
         if plan.route.ordering is Ordering.UNORDERED:
-            self.finish(self.slice)
+            self.finish([d for d in self.slice if d.id not in pending])
         else:
             self.close()
 

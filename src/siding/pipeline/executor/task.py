@@ -1,7 +1,9 @@
-"""One Spark task: deliver its slice of a batch, then write lane and DLQ records durably.
+"""One Spark task: deliver its slice of a batch, then write its lane, park and hold records
+durably and hand its dead letters to the driver.
 
-The task returns only after Kafka acknowledged every lane/DLQ record, so a task that succeeded
-means every record of its slice has a durable outcome (invariant 1).
+The task returns only after Kafka acknowledged every record it writes; its dead letters are
+written by the driver once the whole batch passed the DLQ-flood guard (docs/dispatch.md), and
+only then may the batch commit (invariant 1).
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from siding.dispatch import (
     Settled,
     Work,
     dispatch,
-    flood_exceeded,
 )
 from siding.dispatch.keyorder import HELD, WaitEvent, order_key
-from siding.errors import DlqFloodError
+from siding.errors import SidingError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
 from siding.pipeline.executor.budget import budget_dir, budget_path, shared_budget
 from siding.pipeline.executor.parked import Adoption
@@ -231,19 +232,13 @@ def run_slice(
     report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
-    dead = dead_letters(settled)
     route = plan.route
-    if flood_exceeded(len(dead), len(settled), route.dlq_flood_ratio, route.dlq_flood_min_batch):
-        raise DlqFloodError(
-            f"route {route.name}: {len(dead)} of {len(settled)} records turned DEAD in one task"
-            f" (more than dlq_flood_ratio={route.dlq_flood_ratio:g}); refusing to dead-letter them."
-            f" First reason: {dead[0].reason}"
-        )
     resent = [Settled(Work(i.delivery), Resent(i.not_before_ms)) for i in later]
-    out = route_out(plan, [*settled, *resent], hops, int(time.time() * 1000))
+    out, letters = split_letters(plan, [*settled, *resent], hops, int(time.time() * 1000))
     if out:
         runtime().producer(plan.client_conf).write(out)
-    progress.written(plan)
+    # The dead ones are not durable yet: the driver writes them after judging the batch.
+    progress.written(plan, pending={s.work.delivery.id for s in settled if is_dead(s)})
     if os.environ.get("SIDING_TRACE_TASKS"):
         # Lands in the executor's stderr log: which process delivered what (scale-out checks).
         print(
@@ -261,6 +256,35 @@ def run_slice(
         wait_events=wait_events(plan, settled),
         dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
+        letters=tuple(letters),
+    )
+
+
+def is_dead(item: Settled) -> bool:
+    return isinstance(item.step, ToDlq)
+
+
+def split_letters(
+    plan: TaskPlan, settled: Sequence[Settled], hops: dict[str, tuple[LaneHop, ...]], now_ms: int
+) -> tuple[list[OutRecord], list[OutRecord]]:
+    """(the records the task writes, its dead letters for the driver), each in item order."""
+    kept = [s for s in settled if not is_dead(s)]
+    return route_out(plan, kept, hops, now_ms), route_out(plan, dead_items(settled), hops, now_ms)
+
+
+def dead_items(settled: Sequence[Settled]) -> list[Settled]:
+    return [s for s in settled if is_dead(s)]
+
+
+def failed(exc: SidingError) -> TaskResult:
+    """A task that could not finish: one line for the driver instead of a failed Spark task."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return TaskResult(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        failure=f"{type(exc).__name__}: {line}"[:500],
+        retriable=exc.retriable,
     )
 
 
@@ -386,8 +410,11 @@ def deliver_partition(plan: TaskPlan) -> Any:
     def run(partition_id: int, rows: Iterator[Sequence[Any]]) -> Iterator[TaskResult]:
         progress = begin(plan, partition_id)
         try:
-            yield run_slice(plan, rows, partition_id, progress)
+            result = run_slice(plan, rows, partition_id, progress)
+        except SidingError as exc:  # said in one line to the driver, which decides
+            result = failed(exc)
         finally:
             progress.close()  # a failed task still records the ACKs it got
+        yield result
 
     return run

@@ -73,6 +73,21 @@ class RouteLock:
         self._fd = fd
         return self
 
+    def lost(self) -> str | None:
+        """Why the lock no longer guards the checkpoint (its file removed or replaced, say by
+        someone deleting the checkpoint folder: a second siding could then take a new one), or
+        ``None`` while it does (or was never taken)."""
+        if self._fd is None:
+            return None
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return f"its checkpoint lock {self.path} was removed while it ran"
+        held = os.fstat(self._fd)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            return f"its checkpoint lock {self.path} was replaced while it ran"
+        return None
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
