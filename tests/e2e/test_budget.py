@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Context = grpc.aio.ServicerContext[object, object]
-SLOW_S = 2.0
+SLOW_S = 3.0
 FAST_S = 0.005
 
 
@@ -80,7 +80,6 @@ def run_route(
         "deadline": "5s",
         "lanes": [{"delay": "500ms", "deadline": "5s"}],
         "park": {"ceiling": "200ms"},
-        "min_partitions": 2,  # two main-lane tasks, in two Python workers
         "dlq_flood_min_batch": 1_000_000,
         # The window stays at the limit: this is about the budget, not the adaptive limit.
         "adaptive": {"enabled": False},
@@ -118,8 +117,8 @@ def test_the_consumer_never_holds_more_calls_than_max_in_flight(
     topic_name: Callable[[str], str],
     counting: RemoteConsumer,
 ) -> None:
-    # Given max_in_flight = 40, and 600 messages at 200 msg/s of which 3 in 10 take 2 s in the
-    # main lane (parked) and 3 in 10 answer RETRY and then take 2 s in lane 1
+    # Given max_in_flight = 40, and 1,200 messages at 200 msg/s of which 3 in 10 take 3 s in the
+    # main lane (parked) and 3 in 10 answer RETRY and then take 3 s in lane 1 (issue 27's shape)
     count = 600
     topic = topic_name("budget-in-flight")
     # When the route delivers them
@@ -127,7 +126,8 @@ def test_the_consumer_never_holds_more_calls_than_max_in_flight(
     # Then the consumer's own count of open calls never went above 40
     print(
         f"\nin flight at the consumer: peak {seen.peak}, highest 10 ms sample"
-        f" {max(n for _, n in seen.samples)}, {len(seen.samples)} samples;"
+        f" {max(n for _, n in seen.samples)}, {len(seen.samples)} samples"
+        f" ({sum(1 for _, n in seen.samples if n > 40)} above 40);"
         f" delivered {count / elapsed:.1f} msg/s over {elapsed:.1f} s"
     )
     assert max(n for _, n in seen.samples) <= 40

@@ -21,10 +21,12 @@ _EPSILON = 1e-9
 RING_MAX = 100_000
 # A send reaches the consumer's handler some time after the budget let it go, and not always
 # equally late (a worker's loop or the consumer's process not scheduled for a moment, on a busy
-# machine): the rate limit's window is this much longer than a second, so that sends let go up
-# to this far apart do not land in one second at the consumer. The cost: a route sends at most
-# rate_limit / (1 + ARRIVAL_SPREAD_S) per second sustained (80 %).
-ARRIVAL_SPREAD_S = 0.25
+# machine). The ring of send times makes "never more than rate_limit sends begun in any second"
+# exact at siding; to keep it at the consumer too, the token bucket paces sends this much below
+# the rate: sends let go evenly at rate / (1 + PACE_MARGIN) may reach the consumer up to
+# PACE_MARGIN seconds (less a token or two, see ``budget_burst``) unevenly late and still stay
+# within rate_limit in any second there. A route sends 91 % of rate_limit sustained.
+PACE_MARGIN = 0.1
 
 
 class Lease(Protocol):
@@ -60,32 +62,38 @@ def ring_size(rate: float) -> int:
 
 
 def ring_window_s(rate: float) -> float:
-    """The span in which at most ``ring_size(rate)`` sends may start: 1 s (+ the arrival
-    spread) for a rate of 1 or more, so no 1 s window at the consumer holds more than ``rate``
-    sends; longer below 1."""
-    return ring_size(rate) / rate + ARRIVAL_SPREAD_S
+    """The span in which at most ``ring_size(rate)`` sends may start: 1 s for a rate of 1 or
+    more, so no 1 s window holds more than ``rate`` sends begun; longer below 1."""
+    return ring_size(rate) / rate
+
+
+def paced(rate: float) -> float:
+    """The rate the token bucket refills at: ``rate`` less the margin for uneven arrival."""
+    return rate / (1 + PACE_MARGIN)
 
 
 def refill(tokens: float, at: float, now: float, rate: float, burst: float) -> float:
-    """The bucket's tokens at ``now`` (it last held ``tokens`` at ``at``)."""
+    """The bucket's tokens at ``now`` (it last held ``tokens`` at ``at``), refilled at the
+    paced rate of a ``rate`` limit."""
     if now <= at:
         return tokens
-    return min(burst, tokens + (now - at) * rate)
+    return min(burst, tokens + (now - at) * paced(rate))
 
 
 def rate_wait_s(tokens: float, oldest_s: float, now: float, rate: float) -> float:
-    """Seconds until one more send may start: a token must be in the bucket (smoothness:
-    bursts of at most ``burst``), and the send ``ring_size`` sends ago must have started at
-    least ``ring_window_s`` ago (the promise: never more than ``rate`` sends in any second).
+    """Seconds until one more send may start: a token must be in the bucket (the pace: bursts
+    of at most ``burst``), and the send ``ring_size`` sends ago must have started at least
+    ``ring_window_s`` ago (the promise: never more than ``rate`` sends begun in any second).
     ``tokens`` is already refilled to ``now``; 0 means now."""
-    bucket = 0.0 if tokens >= 1 - _EPSILON else (1 - tokens) / rate
+    bucket = 0.0 if tokens >= 1 - _EPSILON else (1 - tokens) / paced(rate)
     ring = max(0.0, oldest_s + ring_window_s(rate) - now)
     return max(bucket, ring)
 
 
-def default_burst(rate: float) -> float:
-    """A tenth of a second's worth of sends, at least one."""
-    return max(1.0, rate / 10)
+def budget_burst(rate: float) -> float:
+    """The bucket's depth: two tokens (one below 20/s), so that a sender woken a little late
+    still keeps the pace on average, while a burst eats little of the arrival margin."""
+    return 1.0 if rate < 20 else 2.0
 
 
 @dataclass
@@ -120,7 +128,7 @@ class LocalBudget:
         self._ring = [-math.inf] * ring_size(self.rate) if self.rate else []
 
     def _burst(self) -> float:
-        return default_burst(self.rate) if self.burst is None else self.burst
+        return budget_burst(self.rate) if self.burst is None else self.burst
 
     def take(self) -> Lease | float:
         if self.held >= self.limit:

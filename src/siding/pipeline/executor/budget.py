@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from siding.dispatch.budget import Lease, default_burst, rate_wait_s, refill, ring_size
+from siding.dispatch.budget import Lease, budget_burst, rate_wait_s, refill, ring_size
 
 # SIDING_BUDGET_DIR: where budget files live (one per route, endpoint and scope); every Python
 # worker of a machine must see the same directory, which the system's temporary one is.
@@ -148,7 +148,7 @@ class SharedBudget:
     def _take_token(self) -> float:
         """Under the head's lock: take a rate token, or say how long until one."""
         rate = self.rate
-        burst = default_burst(rate) if self.burst is None else self.burst
+        burst = budget_burst(rate) if self.burst is None else self.burst
         size = ring_size(rate)
         fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, 0)
         try:
