@@ -4,7 +4,6 @@ the top, stays in bounds."""
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import replace
 from typing import Any
 
