@@ -136,7 +136,7 @@ def deliver_all(
     ``count`` more at 200 msg/s; return what the consumer saw and the seconds from the first
     of them to the last ACK."""
     first = delivery_id(topic, 0, 0)
-    wait_until(lambda: first in consumer.acked(), timeout_s=300, what="route up", check=check)
+    wait_until(lambda: first in consumer.acked(), timeout_s=600, what="route up", check=check)
     ids = {delivery_id(topic, 0, o) for o in range(count + 1)}
     started = time.monotonic()
     produce(kafka.bootstrap, topic, count, rate=200)
