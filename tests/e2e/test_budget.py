@@ -87,7 +87,7 @@ def route_of(topic: str, consumer: RemoteConsumer, **limits: Any) -> dict[str, A
         # Room for 3 s calls on a loaded machine: a timeout would make a dead letter
         "deadline": "10s",
         "lanes": [{"delay": "500ms", "deadline": "10s"}],
-        "park": {"ceiling": "1s"},
+        "park": {"ceiling": "2500ms"},  # tasks long enough that the lanes overlap
         "dlq_flood_min_batch": 1_000_000,
         # The window stays at the limit: this is about the budget, not the adaptive limit.
         "adaptive": {"enabled": False},
