@@ -70,7 +70,7 @@ def test_the_limit_settles_near_the_consumers_knee(
             )
             run.wait_committed({0: count}, timeout_s=60)
         seen = consumer.seen()
-    # The consumer's count while it was busy, past the first second (a worker's ramp)
+    # The consumer's count while it was busy, past the first second (the first burst, cut)
     busy = [(t, n) for t, n in seen.samples if n > 0]
     first = busy[0][0]
     settled = [n for t, n in busy if t > first + 1.0]
