@@ -1,9 +1,9 @@
-"""The adaptive limit: follows the latency towards twice its baseline, cuts on trouble, starts at
-the top, stays in bounds."""
+"""The adaptive limit: follows the latency towards twice its baseline, cuts on trouble, ramps up
+from the floor, stays in bounds."""
 
 from __future__ import annotations
 
-import heapq
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -84,7 +84,7 @@ def window(state: Limit, latency_s: float, now: float, n: int = MIN_SAMPLES) -> 
 
 
 def test_grows_by_the_root_of_the_limit_each_window_the_latency_holds() -> None:
-    state = Limit(16.0, low=2, high=100)
+    state = Limit(16.0, low=2, high=100, ramping=False)
     state = window(state, 0.05, now=0.0)
     assert state.current == 20
     # DEAD is a fast, healthy answer too; a window lasts at least one latency
@@ -97,7 +97,7 @@ def test_grows_by_the_root_of_the_limit_each_window_the_latency_holds() -> None:
 
 def test_a_window_slower_than_twice_the_baseline_cuts_by_the_excess() -> None:
     # Given a baseline of 50 ms at a limit of 60
-    state = window(Limit(60.0, low=2, high=100), 0.05, now=0.0)
+    state = window(Limit(60.0, low=2, high=100, ramping=False), 0.05, now=0.0)
     grown = state.limit
     # When a window's median is 150 ms (target 2 x 50 ms + 1 ms = 101 ms)
     state = window(state, 0.15, now=1.0)
@@ -111,7 +111,7 @@ def test_a_window_slower_than_twice_the_baseline_cuts_by_the_excess() -> None:
 
 def test_slow_messages_below_half_of_the_answers_do_not_cut() -> None:
     # Given 3 in 10 answers taking 2 s (slow messages, the lanes' business), the rest 20 ms
-    state = Limit(50.0, low=1, high=100)
+    state = Limit(50.0, low=1, high=100, ramping=False)
     for i in range(400):
         latency = 2.0 if i % 10 < 3 else 0.02
         state = update(state, OutcomeKind.ACK, latency, now=i / 100, settings=ON)
@@ -119,21 +119,27 @@ def test_slow_messages_below_half_of_the_answers_do_not_cut() -> None:
     assert state.current == 100
 
 
-def test_the_first_windows_fastest_answer_is_the_baseline() -> None:
-    # Given a fresh limit at the top, whose first answers took 10 ms to 100 ms (a burst
-    # meeting a consumer that queues)
-    state = initial_limit(100, ON)
-    for i in range(10):
-        state = update(state, OutcomeKind.ACK, 0.01 * (i + 1), now=1.0, settings=ON)
-    # Then the baseline is the fastest of them, and the median (55 ms), above twice it, cut the
-    # limit (by 21 / 55, but a window cuts at most by half)
-    assert state.floor_s == pytest.approx(0.01)
-    assert state.current == 50
+def test_the_ramp_doubles_from_the_floor_until_the_latency_rises() -> None:
+    state = initial_limit(1000, ON, ramp=True)
+    assert state.current == 2
+    sizes = []
+    for i in range(6):
+        state = window(state, 0.01, now=float(i))
+        sizes.append(state.current)
+    assert sizes == [4, 8, 16, 32, 64, 128]
+    # the first window above the target ends the ramp: growth is by the root afterwards
+    state = window(state, 0.05, now=10.0)
+    assert not state.ramping
+    cut = state.limit
+    state = window(state, 0.01, now=11.0)
+    assert state.limit == cut  # a window lasts at least the last one's median (50 ms)
+    state = window(state, 0.01, now=12.0)
+    assert state.limit == pytest.approx(cut + math.sqrt(cut))
 
 
 def test_at_the_floor_a_slower_consumer_becomes_the_new_baseline() -> None:
     # Given a limit at its floor and a consumer that got five times slower for good
-    state = window(Limit(2.0, low=2, high=100), 0.01, now=0.0)
+    state = window(Limit(2.0, low=2, high=100, ramping=False), 0.01, now=0.0)
     state = replace(state, limit=2.0)
     state = window(state, 0.05, now=1.0)
     # Then the baseline follows (sending less cannot help), and the limit may grow again
@@ -156,23 +162,21 @@ def test_settles_near_the_consumers_knee_not_at_max_in_flight(
     # that its latency doubles at `knee` calls; max_in_flight far above the knee
     k = base_s / knee
     limits = AdaptiveSettings(min_in_flight=min_in_flight)
-    state = initial_limit(knee * headroom, limits)
-    # When calls are sent whenever the limit allows, each taking base + k x the calls open
-    # when it arrived (so the first of the first burst meet an idle consumer)
+    state = initial_limit(knee * headroom, limits, ramp=True)
     now, seen = 0.0, []
-    open_calls: list[tuple[float, float]] = []  # (answered at, latency)
-    for _ in range(20_000):
-        while len(open_calls) < state.current:
-            latency = base_s + k * (len(open_calls) + 1)
-            heapq.heappush(open_calls, (now + latency, latency))
-        now, latency = heapq.heappop(open_calls)
-        state = update(state, OutcomeKind.ACK, latency, now=now, settings=limits)
+    # When rounds of `limit` calls run, each answered after base + k x limit
+    for _ in range(400):
+        latency = base_s + k * state.current
+        now += latency
+        for _ in range(state.current):
+            state = update(state, OutcomeKind.ACK, latency, now=now, settings=limits)
         seen.append(state.current)
-    # Then the limit ends within half and twice the calls at which the latency is twice the
-    # baseline (the first answer's, base + k; + the timer's slack): the knee, plus two
-    settled = knee + 2 + 0.001 / k
-    assert all(settled / 2 <= n <= 2 * settled for n in seen[10_000:]), (settled, seen[10_000:])
-    assert max(seen[10_000:]) < knee * headroom
+    # Then the limit stays within half and twice the calls at which the latency is twice the
+    # baseline (measured at the floor: base + k x min_in_flight; + the timer's slack): the knee,
+    # plus twice the floor
+    settled = knee + 2 * min_in_flight + 0.001 / k
+    assert all(settled / 2 <= n <= 2 * settled for n in seen[200:]), (settled, seen[200:])
+    assert max(seen[200:]) < knee * headroom
 
 
 def test_does_not_grow_when_latency_rises_above_the_floor() -> None:

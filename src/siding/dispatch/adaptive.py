@@ -24,10 +24,8 @@ class AdaptiveSettings:
     ``target = latency_tolerance * baseline`` (the baseline: the lowest median seen):
 
     - ``m > target``: the limit is multiplied by ``target / m`` (at most halved);
-    - else it grows by ``increase * sqrt(limit)``.
-
-    It starts at ``max_in_flight``; the first window's baseline is its fastest answer (the
-    first calls of a burst meet an idle consumer), later windows lower it to their median.
+    - else it grows by ``increase * sqrt(limit)``, or doubles while it is still ramping up from
+      ``min_in_flight`` (where it starts, so that the baseline is measured unloaded).
 
     And it is multiplied by ``backoff_ratio`` at most once per smoothed latency on:
 
@@ -87,6 +85,7 @@ class Limit:
     samples: tuple[float, ...] = ()
     window_at: float | None = None
     last_median_s: float = 0.0
+    ramping: bool = True
     skip_until: float = -math.inf
 
     @property
@@ -94,11 +93,14 @@ class Limit:
         return max(self.low, min(self.high, math.floor(self.limit)))
 
 
-def initial_limit(max_in_flight: int, settings: AdaptiveSettings) -> Limit:
-    """Start at the top: a route sends at full speed from its first batch, and the gradient
-    cuts the limit once the answers say the consumer queues."""
+def initial_limit(max_in_flight: int, settings: AdaptiveSettings, *, ramp: bool = False) -> Limit:
+    """``ramp``: start at the floor and ramp up (doubling each sample window), so that the first
+    latencies, the baseline, are the consumer's own, unloaded: for a limit kept across batches
+    (the pipeline keeps one per endpoint and lane in each worker). Else at the top (a one-off
+    dispatch), and always when disabled."""
     low = min(settings.min_in_flight, max_in_flight)
-    return Limit(float(max_in_flight), low, max_in_flight)
+    start = low if ramp and settings.enabled else max_in_flight
+    return Limit(float(start), low, max_in_flight, ramping=ramp)
 
 
 def rebound(state: Limit, max_in_flight: int, settings: AdaptiveSettings) -> Limit:
@@ -114,15 +116,10 @@ def target_s(floor_s: float, settings: AdaptiveSettings) -> float:
     return settings.latency_tolerance * floor_s + _SLACK_S
 
 
-def after_window(
-    state: Limit, median_s: float, settings: AdaptiveSettings, fastest_s: float | None = None
-) -> Limit:
+def after_window(state: Limit, median_s: float, settings: AdaptiveSettings) -> Limit:
     """Pure: the limit and the baseline after a sample window whose median latency was
-    ``median_s`` (and whose fastest answer took ``fastest_s``: the first window's baseline)."""
-    if state.floor_s is None:
-        floor = median_s if fastest_s is None else min(fastest_s, median_s)
-    else:
-        floor = min(state.floor_s, median_s)
+    ``median_s``."""
+    floor = median_s if state.floor_s is None else min(state.floor_s, median_s)
     target = target_s(floor, settings)
     limit = state.limit
     if median_s > target:
@@ -132,8 +129,9 @@ def after_window(
             floor = max(floor, (median_s - _SLACK_S) / settings.latency_tolerance)
         else:
             limit = max(float(state.low), limit * max(MAX_CUT, target / median_s))
-        return replace(state, limit=limit, floor_s=floor, last_median_s=median_s)
-    limit = min(float(state.high), limit + settings.increase * math.sqrt(max(1.0, limit)))
+        return replace(state, limit=limit, floor_s=floor, last_median_s=median_s, ramping=False)
+    step = limit if state.ramping else settings.increase * math.sqrt(max(1.0, limit))
+    limit = min(float(state.high), limit + step)
     return replace(state, limit=limit, floor_s=floor, last_median_s=median_s)
 
 
@@ -167,6 +165,7 @@ def update(
             retry_share=share,
             samples=(),
             window_at=None,
+            ramping=False,
         )
     # Latency samples come from good answers only: an instant refusal says nothing about speed.
     if now < state.skip_until:
@@ -180,7 +179,7 @@ def update(
     if len(samples) < enough or now - window_at < state.last_median_s:
         return state
     median = statistics.median(samples)
-    ended = after_window(state, median, settings, min(samples))
+    ended = after_window(state, median, settings)
     return replace(ended, samples=(), window_at=None, skip_until=now + median)
 
 

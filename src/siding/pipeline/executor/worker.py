@@ -163,11 +163,12 @@ class WorkerRuntime:
     def limit(
         self, endpoint: tuple[str, str], lane: int, max_in_flight: int, adaptive: AdaptiveSettings
     ) -> LimitCell:
-        """The adaptive limit of an endpoint's lane in this worker, kept across batches."""
+        """The adaptive limit of an endpoint's lane in this worker: a new one ramps up from
+        ``min_in_flight``, measuring the consumer's latency unloaded on the way."""
         key = (*endpoint, lane)
         cell = self.limits.get(key)
         if cell is None:
-            state = initial_limit(max_in_flight, adaptive)
+            state = initial_limit(max_in_flight, adaptive, ramp=True)
             cell = self.limits[key] = LimitCell(state)
         return cell
 
