@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars dist image image-tools demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy lint proto bench clean
+.PHONY: setup jars dist image image-tools demo test test-builds test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy lint proto bench clean
 
 GO ?= go
 GO_TOOLS := $(CURDIR)/.tools/go/bin
@@ -114,8 +114,16 @@ demo: setup
 # time: most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
 PYTEST_WORKERS ?= 2
 
-test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
+test: setup test-builds lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
+
+# What only the tests need and takes minutes to build on a fresh machine (the image: a cold build
+# is about 9 minutes) starts in the background here, so it overlaps the lint, the SDKs' tests and
+# the first e2e tests; a test that needs it runs the same build, which waits on the build's lock
+# and then finds everything cached. Its output: build/test-builds.log.
+test-builds: setup
+	@mkdir -p build
+	@(nohup $(MAKE) -s image > build/test-builds.log 2>&1 &)
 
 # The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
 test-sdk-python: setup
