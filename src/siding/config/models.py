@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
-from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
+from siding.config.sections import ControlConfig, FenceConfig, KafkaConfig, SparkConfig
 from siding.config.values import Scheme, parse_endpoint_url
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
@@ -540,6 +540,7 @@ class SidingConfig(BaseModel):
     kafka: KafkaConfig
     spark: SparkConfig = SparkConfig()
     control: ControlConfig = ControlConfig()
+    fence: FenceConfig = FenceConfig()
     route: tuple[RouteConfig, ...] = ()
 
     @model_validator(mode="after")

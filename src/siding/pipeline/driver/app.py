@@ -15,8 +15,9 @@ from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import make_listener
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, quiet_py4j
+from siding.pipeline.driver.fence import driver_id
 from siding.pipeline.driver.query import short_error
-from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes
+from siding.pipeline.driver.route import LiveTargets, RouteRuntime, claim_routes, prepare_routes
 from siding.pipeline.driver.session import build_session, effective_master, task_slots
 from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
@@ -46,6 +47,10 @@ class Application:
     _routes: dict[str, RouteRuntime] = field(default_factory=dict)
     _routes_lock: threading.Lock = field(default_factory=threading.Lock)
     stops: RouteStops = field(default_factory=RouteStops)
+    # Start Spark, then wait for the routes' fences (docs/operations.md, "the fence").
+    standby: bool = False
+    driver: str = field(default_factory=driver_id)
+    _opening: list[RouteRuntime] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stops = RouteStops(self.stop_event)
@@ -70,7 +75,14 @@ class Application:
             controls=self.controls,
             drain=self.drain,
             stops=self.stops,
+            standby=self.standby,
+            driver=self.driver,
         )
+
+    def fences(self) -> dict[str, dict[str, object]]:
+        """Each fenced route's fence (holder, epoch, whether this driver waits for it)."""
+        runtimes = (*self._opening, *self._routes.values())
+        return {r.route.name: r.fence.state() for r in runtimes if r.fence is not None}
 
     def start(self) -> None:
         """Open every route (topics, checkpoint), then start Spark and every route's queries.
@@ -81,7 +93,10 @@ class Application:
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
         runtimes = [self._runtime(route, config, admin) for route in config.route]
-        open_routes(runtimes)
+        self._opening = runtimes
+        prepare_routes(runtimes)
+        if not self.standby:
+            claim_routes(runtimes)
         try:
             if self.spark is None:
                 slots = sum(task_slots(r.route, r.partitions) for r in runtimes)
@@ -92,6 +107,9 @@ class Application:
                     jars_dir=config.spark.jars_dir,
                 )
                 self._own_session = True
+            if self.standby:
+                log.info("siding: standby: Spark is up; waiting for the routes' fences")
+                claim_routes(runtimes)
             quiet_py4j()
             self.drain.open_signal()
             self._admin = admin
@@ -155,7 +173,7 @@ class Application:
 
     def request_stop(self) -> None:
         """What a signal does: the first begins a drain, the next one stops at once."""
-        if self.drain.requested.is_set():
+        if self.drain.requested.is_set() or not self._routes:  # a standby stops at once
             self.stop_event.set()
         else:
             self.request_drain()
