@@ -54,9 +54,9 @@ class RouteRuntime:
     start the park lane the same way.
     ``stop()``: stop the queries, drop the commit targets, close the tails, then the state
     producer, release the lock and the fence. It gives back only what was taken (a failed
-    ``open`` or ``start`` calls it), and more than once is harmless. The topics, the owner file and the
-    group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the running
-    batches have committed (``DELETE /routes/<name>``).
+    ``open`` or ``start`` calls it), and more than once is harmless. The topics, the owner
+    file and the group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the
+    running batches have committed (``DELETE /routes/<name>``).
     """
 
     def __init__(
