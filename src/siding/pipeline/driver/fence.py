@@ -31,6 +31,9 @@ from siding.pipeline.executor.fence_gate import FencePlan
 
 log = logging.getLogger(__name__)
 
+# A fence topic that cannot be read for this long at start stops the route.
+READ_GIVE_UP_S = 30.0
+
 
 def driver_id() -> str:
     """Who this driver is, in the fence's records: host, pid and a unique tail."""
@@ -70,7 +73,13 @@ class RouteFence:
     def _watch(self) -> None:
         if self._tail is None:
             self._tail = TopicTail(self._conf, self.topic)
-        records = [r for _, v in self._tail.read_new(10.0) if (r := lease.decode(v)) is not None]
+        try:
+            read = self._tail.read_new(10.0)
+        except Exception:  # a topic created a moment ago may not be known yet: a new client
+            tail, self._tail = self._tail, None
+            tail.close()
+            raise
+        records = [r for _, v in read if (r := lease.decode(v)) is not None]
         current, changed = lease.fold_all(self._current, records)
         if changed:
             self._current, self._seen_at = current, time.monotonic()
@@ -100,7 +109,13 @@ class RouteFence:
         self._waiting = True
         try:
             while not stop.is_set():
-                self._watch()
+                try:
+                    self._watch()
+                except Exception as exc:
+                    if time.monotonic() - started > READ_GIVE_UP_S:
+                        raise RouteStopped(f"route {self.route}: fence not read: {exc}") from exc
+                    stop.wait(0.2)
+                    continue
                 verdict = lease.decide(self._current, self._seen_at, time.monotonic())
                 if isinstance(verdict, lease.Free):
                     if self._claim(verdict.epoch):
