@@ -153,7 +153,7 @@ class RouteRuntime:
         return lost or (fence.lost() if fence is not None else None)
 
     def _prepare(self) -> None:
-        self._prepared = topics.prepare(self._admin, self.route)
+        self._prepared = topics.prepare(self._admin, self.route, fenced=self.fence is not None)
         self.partitions = self._prepared.partitions
 
     def _record_owner(self) -> None:
