@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from siding.config import parse_config
+from siding.config.sections import remote_checkpoint
 from siding.errors import ConfigError
 from siding.pipeline.executor.lease import (
     HOLDER_SHARE,
@@ -105,3 +106,38 @@ def test_renew_must_fit_the_lease_several_times() -> None:
         parse_config(text)
     config = parse_config(text.replace('renew = "2s"', 'renew = "1s"'))
     assert config.fence.enabled and config.fence.lease == 3.0
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_dir", "remote"),
+    [
+        ("s3a://bucket/siding", True),
+        ("hdfs://nn:8020/siding", True),
+        ("gs://bucket/x", True),
+        ("file:///var/lib/siding", False),
+        ("/var/lib/siding", False),
+        ("relative/ckpt", False),
+        ("C:\\siding", False),
+    ],
+)
+def test_only_a_checkpoint_other_machines_reach_is_remote(
+    checkpoint_dir: str, remote: bool
+) -> None:
+    assert remote_checkpoint(checkpoint_dir) is remote
+
+
+@pytest.mark.parametrize(
+    ("fence", "checkpoint_dir", "fenced"),
+    [
+        ("", "s3a://bucket/siding", True),  # a remote checkpoint: the flock cannot guard it
+        ("", "/tmp/ckpt", False),  # a local folder: the flock does
+        ("[fence]\nenabled = false\n", "s3a://bucket/siding", False),
+        ("[fence]\nenabled = true\n", "/tmp/ckpt", True),
+    ],
+)
+def test_the_fence_is_on_by_default_exactly_for_a_remote_checkpoint(
+    fence: str, checkpoint_dir: str, fenced: bool
+) -> None:
+    text = f'[kafka]\nbootstrap = "k:9092"\n[spark]\ncheckpoint_dir = "{checkpoint_dir}"\n{fence}'
+    text += '[[route]]\ntopic = "t"\ngroup = "g"\nendpoint = "grpc://c:1"\n'
+    assert parse_config(text).fenced is fenced

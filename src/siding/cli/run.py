@@ -82,8 +82,10 @@ def run(path: Path, log_level: str, log_format: str, standby: bool) -> None:
     config = load_config(path)
     for note in config.kafka.notes:
         log.warning("%s", note)
-    if standby and not config.fence.enabled:
-        raise click.UsageError("--standby needs [fence] enabled = true in the config")
+    if standby and not config.fenced:
+        raise click.UsageError(
+            "--standby needs the fence: [fence] enabled = true, or a remote checkpoint_dir"
+        )
     siding = SidingRun(config, standby=standby)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -247,7 +248,8 @@ class FenceConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-    enabled: bool = False
+    # None: on for a remote checkpoint, off for a local folder (``fence_on``).
+    enabled: bool | None = None
     lease: PositiveDuration = 10.0
     renew: PositiveDuration = 2.0
 
@@ -260,3 +262,16 @@ class FenceConfig(BaseModel):
                 " must renew several times per lease",
             )
         return self
+
+
+def remote_checkpoint(checkpoint_dir: str) -> bool:
+    """Whether ``checkpoint_dir`` is a URI other than ``file:`` (``s3a://``, ``hdfs://``...):
+    storage other machines reach, where a file lock guards nothing."""
+    scheme = urlsplit(checkpoint_dir.strip()).scheme
+    # One letter is a Windows drive ("C:\\..."), not a scheme.
+    return len(scheme) > 1 and scheme.lower() != "file"
+
+
+def fence_on(fence: FenceConfig, checkpoint_dir: str) -> bool:
+    """``[fence] enabled`` as set, or else on exactly when the checkpoint is remote."""
+    return fence.enabled if fence.enabled is not None else remote_checkpoint(checkpoint_dir)

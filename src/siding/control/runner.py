@@ -82,7 +82,7 @@ class SidingRun:
                 registry=self.registry,
                 drain=app.request_drain,
                 draining=app.drain.requested.is_set,
-                fences=app.fences if config.fence.enabled else None,
+                fences=app.fences if config.fenced else None,
             )
             self.control.start()
             log.info(

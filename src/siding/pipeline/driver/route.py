@@ -95,7 +95,7 @@ class RouteRuntime:
         self._producer: DurableProducer | None = None
         self._tails: list[TopicTail] = []
         self.fence: RouteFence | None = None
-        if config.fence.enabled:
+        if config.fenced:
             self.fence = RouteFence(
                 config.kafka.client_config(), route.name, config.fence, driver, self._fence_lost
             )
