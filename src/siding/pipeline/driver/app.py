@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding.config import RouteConfig, SidingConfig
+from siding.errors import RouteStopped
 from siding.kafka.admin import admin_client
 from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import make_listener
@@ -107,9 +108,8 @@ class Application:
                     jars_dir=config.spark.jars_dir,
                 )
                 self._own_session = True
-            if self.standby:
-                log.info("siding: standby: Spark is up; waiting for the routes' fences")
-                claim_routes(runtimes)
+            if self.standby and not self._take_over(runtimes):
+                return
             quiet_py4j()
             self.drain.open_signal()
             self._admin = admin
@@ -124,6 +124,19 @@ class Application:
             for runtime in reversed(runtimes):
                 runtime.stop()
             raise
+
+    def _take_over(self, runtimes: Sequence[RouteRuntime]) -> bool:
+        """A standby's wait for its routes' fences; ``False`` when it was asked to stop
+        before it took them (a clean stop: it held nothing)."""
+        log.info("siding: standby: Spark is up; waiting for the routes' fences")
+        try:
+            claim_routes(runtimes)
+        except RouteStopped:
+            if not self.stop_event.is_set():
+                raise
+            log.info("siding: standby stopped before it took the routes over")
+            return False
+        return True
 
     def add_route(self, route: RouteConfig) -> None:
         """Start a route made at runtime (docs/registration.md), as ``start`` starts one from
