@@ -25,7 +25,7 @@ from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
 from tests.e2e.test_process import _kill_group, _siding_run, _write_config
 
-FENCE = '[fence]\nenabled = true\nlease = "4s"\nrenew = "1s"\n'
+FENCE = '[fence]\nenabled = true\nlease = "6s"\nrenew = "1s"\n'
 # Each run's `siding run` logs are kept here (pytest removes tmp_path): read them after a failure.
 LOGS = Path(__file__).resolve().parents[2] / "build" / "e2e-logs" / "fence"
 # A Spark start on a loaded 2-core machine has taken two minutes.

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # A fence topic that cannot be read for this long at start stops the route.
 READ_GIVE_UP_S = 30.0
+# How long a claim waits for Kafka to acknowledge it (a first write also connects).
+CLAIM_TIMEOUT_S = 30.0
 
 
 def driver_id() -> str:
@@ -84,26 +86,40 @@ class RouteFence:
         if changed:
             self._current, self._seen_at = current, time.monotonic()
 
-    def _write(self, record: lease.Lease) -> None:
+    def _open_producer(self) -> Any:
+        """The fence's producer, made early so that its first write does not also wait for its
+        connection and producer id (on a loaded machine that took more than a second)."""
         if self._producer is None:
             conf = {**self._conf, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
             self._producer = Producer(conf)
+        return self._producer
+
+    def _write(self, record: lease.Lease, timeout_s: float) -> None:
+        """Write ``record`` and wait up to ``timeout_s`` for Kafka's acknowledgement. One not
+        acknowledged in time may still land later: a late claim or renewal only makes the
+        others wait longer, and a late one of an older epoch changes nothing (``lease.fold``)."""
+        producer = self._open_producer()
         key, value = lease.encode(record, int(time.time() * 1000))
         errors: list[str] = []
-        self._producer.produce(
+        producer.produce(
             self.topic,
             key=key,
             value=value,
             on_delivery=lambda err, _msg: errors.append(err.str()) if err else None,
         )
-        left = self._producer.flush(self.settings.renew)
-        if left or errors:
-            raise RouteStopped(f"route {self.route}: fence record not written: {errors or left}")
+        left = producer.flush(max(0.1, timeout_s))
+        if errors:
+            raise RouteStopped(f"route {self.route}: fence record not written: {errors[0]}")
+        if left:
+            raise RouteStopped(
+                f"route {self.route}: fence record not acknowledged within {timeout_s:.1f}s"
+            )
 
     def acquire(self, stop: threading.Event, *, standby: bool) -> None:
         """Hold the route's fence, or raise ``RouteStopped``. Waits while another driver's
         lease runs (watching for its renewals); without ``standby``, a lease that is being
         renewed is refused once seen renewed past one lease length."""
+        self._open_producer()
         self._seen_at = time.monotonic()  # a lease found at start is timed from now
         started = self._seen_at
         self._waiting = True
@@ -134,7 +150,7 @@ class RouteFence:
 
     def _claim(self, epoch: int) -> bool:
         sent = time.monotonic()
-        self._write(lease.Lease(epoch, self.me, self.settings.lease))
+        self._write(lease.Lease(epoch, self.me, self.settings.lease), CLAIM_TIMEOUT_S)
         self._watch()
         if not lease.won(self._current, self.me, epoch):
             return False
@@ -164,7 +180,9 @@ class RouteFence:
                 sent = time.monotonic()
                 if self.lost() is not None:  # frozen between the read and now
                     break
-                self._write(lease.Lease(self._epoch, self.me, self.settings.lease))
+                # Waiting longer than the lease this driver still holds is of no use.
+                left = self._until - time.monotonic()
+                self._write(lease.Lease(self._epoch, self.me, self.settings.lease), left)
                 with self._lock:
                     self._until = max(self._until, lease.holder_until(sent, self.settings.lease))
             except Exception as exc:  # the lease runs out unless a later renewal works
@@ -220,7 +238,8 @@ class RouteFence:
             thread.join(timeout=self.settings.renew + 1)
         try:
             if self._epoch and self.lost() is None:
-                self._write(lease.Lease(self._epoch, self.me, self.settings.lease, released=True))
+                released = lease.Lease(self._epoch, self.me, self.settings.lease, released=True)
+                self._write(released, self.settings.lease / 2)
                 log.info("route %s: released its fence (epoch %d)", self.route, self._epoch)
         except Exception as exc:  # it then expires instead
             log.warning("route %s: fence not released: %s", self.route, exc)
