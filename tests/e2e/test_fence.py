@@ -14,6 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from siding import naming
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
@@ -25,6 +27,9 @@ from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
 from tests.e2e.test_process import _kill_group, _siding_run, _write_config
 
+# Three Spark starts in one scenario: at load 25 on 2 cores one took 3 minutes, and the first
+# batch 90 s more (the suite's 600 s was not enough for the first two drivers).
+pytestmark = pytest.mark.timeout(2400)
 FENCE = '[fence]\nenabled = true\nlease = "6s"\nrenew = "1s"\n'
 # Each run's `siding run` logs are kept here (pytest removes tmp_path): read them after a failure.
 LOGS = Path(__file__).resolve().parents[2] / "build" / "e2e-logs" / "fence"
