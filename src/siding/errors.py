@@ -17,6 +17,7 @@ __all__ = [
     "DlqFloodError",
     "DurableWriteError",
     "EndpointGoneError",
+    "FenceLost",
     "OffsetsError",
     "RouteStopped",
     "SetupError",
@@ -61,6 +62,13 @@ class DurableWriteError(SidingError):
     """A retry-lane or DLQ write was not acknowledged by Kafka; the batch must run again."""
 
     retriable = True
+
+
+class FenceLost(DurableWriteError):
+    """The route's fence passed to another driver: this one's writes are refused (never tried
+    again); the route stops (docs/operations.md, "Two drivers for one route: the fence")."""
+
+    retriable = False
 
 
 class DlqFloodError(RouteStopped):

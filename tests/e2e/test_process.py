@@ -31,11 +31,11 @@ _ENTRY = "from siding.cli.main import main; main()"
 
 
 def _siding_run(
-    config: Path, log: Path, env: dict[str, str] | None = None
+    config: Path, log: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, "run", "-c", str(config)],
+            [sys.executable, "-c", _ENTRY, "run", "-c", str(config), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -15,7 +15,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
-from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
+from siding.config.sections import (
+    ControlConfig,
+    FenceConfig,
+    KafkaConfig,
+    SparkConfig,
+    fence_on,
+)
 from siding.config.values import Scheme, parse_endpoint_url
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
@@ -543,6 +549,7 @@ class SidingConfig(BaseModel):
     kafka: KafkaConfig
     spark: SparkConfig = SparkConfig()
     control: ControlConfig = ControlConfig()
+    fence: FenceConfig = FenceConfig()
     route: tuple[RouteConfig, ...] = ()
 
     @model_validator(mode="after")
@@ -578,6 +585,12 @@ class SidingConfig(BaseModel):
     @property
     def routes(self) -> tuple[RouteConfig, ...]:
         return self.route
+
+    @property
+    def fenced(self) -> bool:
+        """Whether each route is guarded by its fence (``[fence]``; by default exactly when
+        the checkpoint is remote) rather than the checkpoint folder's lock."""
+        return fence_on(self.fence, self.spark.checkpoint_dir)
 
     def route_named(self, name: str) -> RouteConfig:
         for route in self.route:

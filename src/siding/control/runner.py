@@ -40,8 +40,10 @@ class SidingRun:
         *,
         spark: SparkSession | None = None,
         also: ResultCallback | None = None,
+        standby: bool = False,
     ) -> None:
         self.config = config
+        self.standby = standby
         self.metrics = MetricsSink()
         self.registry = RegistryService(config) if needs_registry(config) else None
         self._spark = spark
@@ -61,7 +63,13 @@ class SidingRun:
             config = config.model_copy(update={"route": (*config.route, *api_routes)})
         for route in config.route:
             self.metrics.declare(route.name, 1 + len(route.lanes))
-        app = Application(config, sink=self._sink(), spark=self._spark, stop_event=self.stop_event)
+        app = Application(
+            config,
+            sink=self._sink(),
+            spark=self._spark,
+            stop_event=self.stop_event,
+            standby=self.standby,
+        )
         self.app = app
         address = config.control.address()
         if address:
@@ -74,6 +82,7 @@ class SidingRun:
                 registry=self.registry,
                 drain=app.request_drain,
                 draining=app.drain.requested.is_set,
+                fences=app.fences if config.fenced else None,
             )
             self.control.start()
             log.info(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from siding.errors import DurableWriteError
+from siding.errors import DurableWriteError, FenceLost
 from siding.model import Headers
 
 
@@ -51,9 +51,15 @@ def distinct(errors: Sequence[str], shown: int = 3) -> str:
 class DurableProducer:
     """Writes records and ``flush``es them; any record Kafka did not acknowledge fails the batch."""
 
-    def __init__(self, client_conf: Mapping[str, object]) -> None:
+    def __init__(
+        self,
+        client_conf: Mapping[str, object],
+        guard: Callable[[], str | None] | None = None,
+    ) -> None:
         self._conf = durable_producer_conf(client_conf)
         self._producer: Producer | None = Producer(self._conf)
+        # Why writes must be refused now (a fence lost), or None: asked before every write.
+        self._guard = guard
 
     @property
     def producer(self) -> Producer:
@@ -72,6 +78,9 @@ class DurableProducer:
 
         After a failed write the client is replaced: an idempotent producer can be left in a
         fatal state (e.g. out-of-order sequence) that no later write would get out of."""
+        refused = self._guard() if self._guard is not None else None
+        if refused is not None:
+            raise FenceLost(refused)
         errors: list[str] = []  # per call: writes from several threads never mix their errors
 
         def on_delivery(error: KafkaError | None, message: Message) -> None:

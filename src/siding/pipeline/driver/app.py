@@ -5,18 +5,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding.config import RouteConfig, SidingConfig
+from siding.errors import RouteStopped
 from siding.kafka.admin import admin_client
 from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import make_listener
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, quiet_py4j
+from siding.pipeline.driver.fence import driver_id
 from siding.pipeline.driver.query import short_error
-from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes
+from siding.pipeline.driver.route import LiveTargets, RouteRuntime, claim_routes, prepare_routes
 from siding.pipeline.driver.session import build_session, effective_master, task_slots
 from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
@@ -46,6 +48,10 @@ class Application:
     _routes: dict[str, RouteRuntime] = field(default_factory=dict)
     _routes_lock: threading.Lock = field(default_factory=threading.Lock)
     stops: RouteStops = field(default_factory=RouteStops)
+    # Start Spark, then wait for the routes' fences (docs/operations.md, "the fence").
+    standby: bool = False
+    driver: str = field(default_factory=driver_id)
+    _opening: list[RouteRuntime] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stops = RouteStops(self.stop_event)
@@ -70,7 +76,14 @@ class Application:
             controls=self.controls,
             drain=self.drain,
             stops=self.stops,
+            standby=self.standby,
+            driver=self.driver,
         )
+
+    def fences(self) -> dict[str, dict[str, object]]:
+        """Each fenced route's fence (holder, epoch, whether this driver waits for it)."""
+        runtimes = (*self._opening, *self._routes.values())
+        return {r.route.name: r.fence.state() for r in runtimes if r.fence is not None}
 
     def start(self) -> None:
         """Open every route (topics, checkpoint), then start Spark and every route's queries.
@@ -81,7 +94,10 @@ class Application:
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
         runtimes = [self._runtime(route, config, admin) for route in config.route]
-        open_routes(runtimes)
+        self._opening = runtimes
+        prepare_routes(runtimes)
+        if not self.standby:
+            claim_routes(runtimes)
         try:
             if self.spark is None:
                 slots = sum(task_slots(r.route, r.partitions) for r in runtimes)
@@ -92,6 +108,8 @@ class Application:
                     jars_dir=config.spark.jars_dir,
                 )
                 self._own_session = True
+            if self.standby and not self._take_over(runtimes):
+                return
             quiet_py4j()
             self.drain.open_signal()
             self._admin = admin
@@ -106,6 +124,19 @@ class Application:
             for runtime in reversed(runtimes):
                 runtime.stop()
             raise
+
+    def _take_over(self, runtimes: Sequence[RouteRuntime]) -> bool:
+        """A standby's wait for its routes' fences; ``False`` when it was asked to stop
+        before it took them (a clean stop: it held nothing)."""
+        log.info("siding: standby: Spark is up; waiting for the routes' fences")
+        try:
+            claim_routes(runtimes)
+        except RouteStopped:
+            if not self.stop_event.is_set():
+                raise
+            log.info("siding: standby stopped before it took the routes over")
+            return False
+        return True
 
     def add_route(self, route: RouteConfig) -> None:
         """Start a route made at runtime (docs/registration.md), as ``start`` starts one from
@@ -155,7 +186,7 @@ class Application:
 
     def request_stop(self) -> None:
         """What a signal does: the first begins a drain, the next one stops at once."""
-        if self.drain.requested.is_set():
+        if self.drain.requested.is_set() or not self._routes:  # a standby stops at once
             self.stop_event.set()
         else:
             self.request_drain()

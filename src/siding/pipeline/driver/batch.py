@@ -31,6 +31,7 @@ from siding.pipeline.driver.flood import flood_reason
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.stops import RouteStops, one_line
+from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.plan import TaskPlan, build_plan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.pipeline.executor.result import TaskResult
@@ -117,6 +118,8 @@ class BatchHandler(ABC):
     letter_producer: DurableProducer | None = None
     # Why the route's checkpoint lock no longer guards it, or None (checked at each batch).
     lock_lost: Callable[[], str | None] = lambda: None
+    # The fence the batch's tasks check their writes against (None: the route has none).
+    fence: Callable[[], FencePlan | None] = lambda: None
 
     @property
     def query(self) -> str:
@@ -133,18 +136,26 @@ class BatchHandler(ABC):
 
     def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
         self.controls.wait_while_paused(self.route.name, self.drain.requested)
-        lost = self.lock_lost()
-        if lost is not None:  # another siding may have taken the route: deliver nothing more
-            raise RouteStopped(f"route {self.route.name}: {lost}; stopped, nothing committed")
+        self._still_guarded()
         started = time.monotonic()
         self._wait_to_start(frame)
         self.drain.enter(self.query, sleep)
         results: list[TaskResult] | None = None
         try:
-            results = self._deliver(frame, batch_id)
+            try:
+                results = self._deliver(frame, batch_id)
+            except Exception:
+                self._still_guarded()  # a lost fence is why, whatever failed with it
+                raise
+            self._still_guarded()  # Spark commits the batch once it returns
         finally:
             self.drain.leave(self.query, self.route.name, batch_id, results)
         self.sink.report(self.route.name, self.lane, results, time.monotonic() - started)
+
+    def _still_guarded(self) -> None:
+        lost = self.lock_lost()
+        if lost is not None:  # another siding may have taken the route: deliver nothing more
+            raise RouteStopped(f"route {self.route.name}: {lost}; stopped, nothing committed")
 
     @abstractmethod
     def _wait_to_start(self, frame: DataFrame) -> None:
@@ -182,6 +193,7 @@ class BatchHandler(ABC):
             progress=progress,
             executors=executors,
             budget_scope=self.budget_scope,
+            fence=self.fence(),
         )
 
     def _run_with_retries(self, run: Callable[[], T], batch_id: int) -> T:
@@ -210,6 +222,9 @@ class BatchHandler(ABC):
                 producer.write(records)
                 return
             except DurableWriteError as exc:
+                if not exc.retriable:  # the fence is lost: never written
+                    self._still_guarded()
+                    raise RouteStopped(f"{self._where(batch_id)}: {one_line(str(exc))}") from exc
                 if attempt == self.attempts or self.stop.is_set():
                     where = self._where(batch_id)
                     raise BatchFailed(f"{where}: {what} not written: {one_line(str(exc))}") from exc

@@ -19,12 +19,14 @@ from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
+from siding.pipeline.driver.fence import RouteFence
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.park_batch import ParkBatchHandler
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
 from siding.pipeline.driver.stops import RouteStops
+from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.offline import moves, owner, positions
 from siding.pipeline.offline.route_lock import RouteLock
 from siding.routing.producer import DurableProducer
@@ -41,18 +43,20 @@ class RouteRuntime:
     """One running route. What it takes, in order, and gives back in reverse:
 
     ``open()``, before Spark exists (the boot opens every route at once, ``open_routes``):
-    refuse a checkpoint owned by another cluster, topic or route; take the checkpoint's lock;
-    check the sources and create the topics the route writes (``topics.prepare``); record the
-    checkpoint's owner; reconcile the group with the checkpoint (``moves``).
+    refuse a checkpoint owned by another cluster, topic or route; check the sources and create
+    the topics the route writes (``topics.prepare``); then claim it (``claim_routes``; a
+    standby starts Spark first and waits here): hold its fence (``[fence]``, ``RouteFence``)
+    or else take the checkpoint's lock; record the checkpoint's owner; reconcile the group
+    with the checkpoint (``moves``).
     ``start(spark)``: restore the key-mode waits (``KeyWaits``); open the state producer;
     tail the progress topic (``ProgressStore``); per lane, its commit target, batch handler
     and query; if the route parks (or did), tail the settlements (``SettlementStore``) and
     start the park lane the same way.
     ``stop()``: stop the queries, drop the commit targets, close the tails, then the state
-    producer, release the lock. It gives back only what was taken (a failed ``open`` or
-    ``start`` calls it), and more than once is harmless. The topics, the owner file and the
-    group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the running
-    batches have committed (``DELETE /routes/<name>``).
+    producer, release the lock and the fence. It gives back only what was taken (a failed
+    ``open`` or ``start`` calls it), and more than once is harmless. The topics, the owner
+    file and the group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the
+    running batches have committed (``DELETE /routes/<name>``).
     """
 
     def __init__(
@@ -66,8 +70,11 @@ class RouteRuntime:
         controls: RouteControls,
         drain: Drain,
         stops: RouteStops | None = None,
+        standby: bool = False,
+        driver: str = "",
     ) -> None:
         self.route = route
+        self.standby = standby
         self.stops = stops
         self.config = config
         self.sink = sink
@@ -87,6 +94,11 @@ class RouteRuntime:
         self._prepared: topics.Prepared | None = None
         self._producer: DurableProducer | None = None
         self._tails: list[TopicTail] = []
+        self.fence: RouteFence | None = None
+        if config.fenced:
+            self.fence = RouteFence(
+                config.kafka.client_config(), route.name, config.fence, driver, self._fence_lost
+            )
 
     # -- open -----------------------------------------------------------------------------
 
@@ -109,21 +121,39 @@ class RouteRuntime:
         if owner.check(route_dir, current, naming.lane_label(0)).write:
             self._claim = current
 
+    def _take_fence(self) -> None:
+        """Hold the route's fence (waiting, as a standby, while another driver holds it)."""
+        if self.fence is not None:
+            self.fence.acquire(self.stop_event, standby=self.standby)
+
+    def _fence_lost(self, reason: str) -> None:
+        if self.stops is not None:
+            if self.stops.record(reason):
+                log.error("%s", reason)
+        else:
+            self.stop_event.set()
+
+    def fence_plan(self) -> FencePlan | None:
+        return self.fence.plan() if self.fence is not None else None
+
     def _take_lock(self) -> None:
         """Hold the checkpoint while running: a second siding on it, or an offsets reset, is
-        refused (``siding.pipeline.offline.route_lock``)."""
+        refused (``siding.pipeline.offline.route_lock``). A fenced route takes no lock: the
+        fence decides across machines, and a lock held by a frozen driver on the same host
+        would keep its standby out."""
         route_dir = self._route_dir()
-        if route_dir is not None:
+        if route_dir is not None and self.fence is None:
             what = f"siding run of route {self.route.name}"
             self._lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
 
     def lock_lost(self) -> str | None:
-        """Why the checkpoint lock no longer guards the route, or ``None``."""
-        lock = self._lock
-        return lock.lost() if lock is not None else None
+        """Why the checkpoint lock or the fence no longer guards the route, or ``None``."""
+        lock, fence = self._lock, self.fence
+        lost = lock.lost() if lock is not None else None
+        return lost or (fence.lost() if fence is not None else None)
 
     def _prepare(self) -> None:
-        self._prepared = topics.prepare(self._admin, self.route)
+        self._prepared = topics.prepare(self._admin, self.route, fenced=self.fence is not None)
         self.partitions = self._prepared.partitions
 
     def _record_owner(self) -> None:
@@ -151,18 +181,23 @@ class RouteRuntime:
         present = self._prepared.present
         waits = KeyWaits(naming.state_topic(route.name, naming.KEYS))
         waits.restore(read_to_end(client_conf, waits.topic))
-        self._producer = state_producer = DurableProducer(client_conf)
+        self._producer = state_producer = DurableProducer(client_conf, guard=self.lock_lost)
         held = topics.held_topics(route, present)
         progress = self._progress_store()
         sources = self._prepared.sources
         for lane, read in enumerate((sources, *((t,) for t in naming.route_lane_topics(route)))):
             name = naming.query_name(route.name, lane)
             if lane > 0:
-                self.targets[name] = CommitTarget(route.group, read[0])
+                self.targets[name] = CommitTarget(route.group, read[0], refused=self.lock_lost)
             elif route.topic_pattern is None:
-                self.targets[name] = CommitTarget(route.group, read[0], (*read[1:], *held))
+                more = (*read[1:], *held)
+                self.targets[name] = CommitTarget(
+                    route.group, read[0], more, refused=self.lock_lost
+                )
             else:  # the topics matching the pattern, as they appear
-                self.targets[name] = CommitTarget(route.group, "", held, route.topic_pattern)
+                self.targets[name] = CommitTarget(
+                    route.group, "", held, route.topic_pattern, refused=self.lock_lost
+                )
             handler = LaneBatchHandler(
                 route=route,
                 lane=lane,
@@ -177,6 +212,7 @@ class RouteRuntime:
                 progress=progress,
                 stops=self.stops,
                 lock_lost=self.lock_lost,
+                fence=self.fence_plan,
             )
             subscribe, topic = (
                 main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
@@ -201,7 +237,7 @@ class RouteRuntime:
         route = self.route
         topic = naming.park_topic(route.name)
         name = naming.query_name(route.name, naming.PARK_LANE)
-        self.targets[name] = CommitTarget(route.group, topic)
+        self.targets[name] = CommitTarget(route.group, topic, refused=self.lock_lost)
         tail = self._tail(naming.state_topic(route.name, naming.SETTLED))
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
@@ -218,6 +254,7 @@ class RouteRuntime:
             stops=self.stops,
             letter_producer=state_producer,
             lock_lost=self.lock_lost,
+            fence=self.fence_plan,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
@@ -293,6 +330,8 @@ class RouteRuntime:
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.release()
+        if self.fence is not None:
+            self.fence.release()
 
     def remove(self, timeout_s: float) -> dict[str, dict[int, int]]:
         """Stop the route's queries once the batches they are running have committed (each is
@@ -346,7 +385,7 @@ class RouteRuntime:
         may not have heard of it yet); what was committed, per topic."""
         target = self.targets.get(str(stopped.name))
         progress = stopped.lastProgress
-        if target is None or progress is None or self._admin is None:
+        if target is None or progress is None or self._admin is None or self.lock_lost():
             return {}
         out: dict[str, dict[int, int]] = {}
         for source in progress.sources:
@@ -387,11 +426,14 @@ class RouteRuntime:
 
 
 # Opening is done step by step across the routes opened together: a start refused for one
-# route (its owner, its lock, its topics) then claims and reconciles none of them.
-_OPEN_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
+# route (its owner, its fence or lock, its topics) then claims and reconciles none of them.
+_PREPARE_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
     RouteRuntime._check_owner,
-    RouteRuntime._take_lock,
     RouteRuntime._prepare,
+)
+_CLAIM_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
+    RouteRuntime._take_fence,
+    RouteRuntime._take_lock,
     RouteRuntime._record_owner,
     RouteRuntime._reconcile,
 )
@@ -400,8 +442,24 @@ _OPEN_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
 def open_routes(runtimes: Sequence[RouteRuntime]) -> None:
     """``open`` every route of ``runtimes``, each step for all of them before the next; a
     failure gives back what any of them took."""
+    _steps(runtimes, (*_PREPARE_STEPS, *_CLAIM_STEPS))
+
+
+def prepare_routes(runtimes: Sequence[RouteRuntime]) -> None:
+    """The first half of ``open_routes``: what a standby does before it starts Spark."""
+    _steps(runtimes, _PREPARE_STEPS)
+
+
+def claim_routes(runtimes: Sequence[RouteRuntime]) -> None:
+    """The second half of ``open_routes``: the fence (a standby waits here), lock, owner."""
+    _steps(runtimes, _CLAIM_STEPS)
+
+
+def _steps(
+    runtimes: Sequence[RouteRuntime], steps: tuple[Callable[[RouteRuntime], None], ...]
+) -> None:
     try:
-        for step in _OPEN_STEPS:
+        for step in steps:
             for runtime in runtimes:
                 step(runtime)
     except BaseException:

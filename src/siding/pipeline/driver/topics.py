@@ -27,8 +27,9 @@ class Prepared:
     present: Mapping[str, int]
 
 
-def prepare(admin: Any, route: RouteConfig) -> Prepared:
-    """Check the route's sources and outputs, and create the topics it writes."""
+def prepare(admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:
+    """Check the route's sources and outputs, and create the topics it writes (its fence's
+    too when ``fenced``: ``[fence]``)."""
     present = existing_topics(admin)
     sources = check_sources(route, present)
     # Lanes, the DLQ and the park topic hold the records of every source topic.
@@ -38,6 +39,8 @@ def prepare(admin: Any, route: RouteConfig) -> Prepared:
     if route.progress_interval > 0:
         wanted.append(owned.state(naming.PROGRESS))
     wanted.append(owned.state(naming.LIVE))
+    if fenced:
+        wanted.append(owned.state(naming.FENCE))
     if held_topics(route, present):
         wanted.append(owned.hold)
     if route.parks or owned.park.name in present:

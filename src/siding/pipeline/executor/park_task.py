@@ -20,6 +20,7 @@ from typing import Any
 
 from siding.dispatch import Settled, Work
 from siding.errors import SidingError
+from siding.pipeline.executor import fence_gate
 from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_executors
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import Incoming, incoming
@@ -89,6 +90,7 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     ]
     out, letters = split_letters(plan, [*settled, *again_parked], hops, int(time.time() * 1000))
     if out:
+        fence_gate.check(plan.fence, plan.client_conf)
         runtime().producer(plan.client_conf).write(out)
     used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
     result = tally(

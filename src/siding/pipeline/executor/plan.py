@@ -17,6 +17,7 @@ from siding.dispatch import (
 )
 from siding.dispatch.budget import host_share, host_slots
 from siding.model import Ordering
+from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.policy import deadline_for
 from siding.routing.settlement import Settlement
@@ -52,6 +53,8 @@ class TaskPlan:
     executors: int = 1
     # Whose budget the calls count against: the route's ("live") or a backfill's own.
     budget_scope: str = "live"
+    # The fence the batch runs under; writes are refused once a newer epoch is claimed.
+    fence: FencePlan | None = None
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -118,6 +121,7 @@ def build_plan(
     progress: ProgressPlan | None = None,
     executors: int = 1,
     budget_scope: str = "live",
+    fence: FencePlan | None = None,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -144,4 +148,5 @@ def build_plan(
         live_topic=naming.state_topic(route.name, naming.LIVE),
         executors=max(1, executors),
         budget_scope=budget_scope,
+        fence=fence,
     )

@@ -28,6 +28,7 @@ from siding.dispatch import (
 from siding.dispatch.keyorder import HELD, WaitEvent, order_key
 from siding.errors import SidingError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
+from siding.pipeline.executor import fence_gate
 from siding.pipeline.executor.budget import budget_dir, budget_path, shared_budget
 from siding.pipeline.executor.parked import Adoption
 from siding.pipeline.executor.plan import TaskPlan
@@ -242,6 +243,7 @@ def run_slice(
     resent = [Settled(Work(i.delivery), Resent(i.not_before_ms)) for i in later]
     out, letters = split_letters(plan, [*settled, *resent], hops, int(time.time() * 1000))
     if out:
+        fence_gate.check(plan.fence, plan.client_conf)
         runtime().producer(plan.client_conf).write(out)
     # The dead ones are not durable yet: the driver writes them after judging the batch.
     progress.written(plan, pending={s.work.delivery.id for s in settled if is_dead(s)})
@@ -378,7 +380,8 @@ def deliver(
         )
     )
     if report.parked:
-        writer = rt.producer(plan.client_conf, use="settlements").write
+        settle = rt.producer(plan.client_conf, use="settlements").write
+        writer = fence_gate.guarded(plan.fence, plan.client_conf, settle)
         adoption = Adoption(key, plan.settle_topic, timer, breaker, writer, route.name)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
