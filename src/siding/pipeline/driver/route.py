@@ -43,11 +43,12 @@ class RouteRuntime:
     """One running route. What it takes, in order, and gives back in reverse:
 
     ``open()``, before Spark exists (the boot opens every route at once, ``open_routes``):
-    refuse a checkpoint owned by another cluster, topic or route; check the sources and create
-    the topics the route writes (``topics.prepare``); then claim it (``claim_routes``; a
-    standby starts Spark first and waits here): hold its fence (``[fence]``, ``RouteFence``)
-    or else take the checkpoint's lock; record the checkpoint's owner; reconcile the group
-    with the checkpoint (``moves``).
+    refuse a checkpoint owned by another cluster, topic or route; take the checkpoint's lock
+    (an unfenced route's: nothing is created while the checkpoint is busy); check the sources
+    and create the topics the route writes (``topics.prepare``); then claim it
+    (``claim_routes``; a standby starts Spark first and waits here): hold its fence
+    (``[fence]``, ``RouteFence``); record the checkpoint's owner; reconcile the group with the
+    checkpoint (``moves``).
     ``start(spark)``: restore the key-mode waits (``KeyWaits``); open the state producer;
     tail the progress topic (``ProgressStore``); per lane, its commit target, batch handler
     and query; if the route parks (or did), tail the settlements (``SettlementStore``) and
@@ -427,13 +428,15 @@ class RouteRuntime:
 
 # Opening is done step by step across the routes opened together: a start refused for one
 # route (its owner, its fence or lock, its topics) then claims and reconciles none of them.
+# The lock (an unfenced route's) is taken before any topic is created: a route whose checkpoint
+# is busy creates nothing. A fenced route creates its topics (its fence topic among them) first.
 _PREPARE_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
     RouteRuntime._check_owner,
+    RouteRuntime._take_lock,
     RouteRuntime._prepare,
 )
 _CLAIM_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
     RouteRuntime._take_fence,
-    RouteRuntime._take_lock,
     RouteRuntime._record_owner,
     RouteRuntime._reconcile,
 )
