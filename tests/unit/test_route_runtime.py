@@ -65,7 +65,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Each Kafka-facing step of ``open``, by route; a source named ``src-missing`` fails."""
     done: list[str] = []
 
-    def prepare(_admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:
+    def prepare(_admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:  # noqa: ARG001
         if route.name == "missing":
             raise RouteFailed(f"route {route.name}: source topic src-missing does not exist")
         done.append(f"prepare {route.name}")
