@@ -65,7 +65,7 @@ def test_hadoop_settings_are_spark_hadoop_keys_without_their_prefix() -> None:
 
 def test_a_java_error_is_one_line_without_its_stack() -> None:
     class Java:
-        def toString(self) -> str:  # noqa: N802 (py4j's name)
+        def toString(self) -> str:
             return "java.nio.file.AccessDeniedException: s3a://b/k: 403\n\tat org.Foo(Foo.java:1)"
 
     class Raised(Exception):
