@@ -1,7 +1,7 @@
 """``HadoopStorage``: checkpoint files through Hadoop's FileSystem API in a JVM (py4j).
 
 The JVM is Spark's when a SparkContext runs in this process (its Hadoop configuration holds
-``[spark.conf]``'s ``spark.hadoop.*`` settings), else a small one of siding's own, started once
+``[spark.conf]``'s ``spark.hadoop.*`` settings; for ``s3a://``, one with the ``s3`` jars), else a small one of siding's own, started once
 on first use with pyspark's jars (and the ``s3`` set for ``s3a://``) and the same settings:
 ``siding run`` reads the checkpoint before Spark starts, and ``siding offsets`` and ``siding
 backfill`` without Spark. Credentials come from the usual AWS settings (the environment, or
@@ -119,7 +119,10 @@ class HadoopStorage:
 
         context = SparkContext._active_spark_context
         if context is not None and context._jvm is not None and context._jsc is not None:
-            return context._jvm, context._jsc.hadoopConfiguration()
+            # A session built without the s3 set (another tool's, a test's) cannot read s3a://.
+            jars = context.getConf().get("spark.jars") or ""
+            if not self._s3a or "hadoop-aws" in jars:
+                return context._jvm, context._jsc.hadoopConfiguration()
         gateway = _PRIVATE.get(_classpath(self._s3a, self._jars_dir))
         view = gateway.jvm
         conf = view.org.apache.hadoop.conf.Configuration()
