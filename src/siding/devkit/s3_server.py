@@ -70,7 +70,7 @@ class S3Server:
     folder: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
-    _master: int = 0
+    _master: str = ""
     _own_folder: bool = False
 
     @property
@@ -105,7 +105,8 @@ class S3Server:
         config.write_text(json.dumps(identities(self.access_key, self.secret_key)))
         config.chmod(0o600)
         ports = free_ports(8)
-        self._master, self.port = ports[0], ports[6]
+        # "http.grpc": SeaweedFS's form for a server whose gRPC port is not http + 10000.
+        self._master, self.port = f"{ports[0]}.{ports[1]}", ports[6]
         command = [
             weed,
             "server",
