@@ -1,8 +1,9 @@
 """``HadoopStorage``: checkpoint files through Hadoop's FileSystem API in a JVM (py4j).
 
 The JVM is Spark's when a SparkContext runs in this process (its Hadoop configuration holds
-``[spark.conf]``'s ``spark.hadoop.*`` settings; for ``s3a://``, one with the ``s3`` jars), else a small one of siding's own, started once
-on first use with pyspark's jars (and the ``s3`` set for ``s3a://``) and the same settings:
+``[spark.conf]``'s ``spark.hadoop.*`` settings; for ``s3a://``, one with the ``s3`` jars),
+else a small one of siding's own, started once on first use with pyspark's jars (and the
+``s3`` set for ``s3a://``) and the same settings:
 ``siding run`` reads the checkpoint before Spark starts, and ``siding offsets`` and ``siding
 backfill`` without Spark. Credentials come from the usual AWS settings (the environment, or
 ``spark.hadoop.fs.s3a.*``); an error names the path and the Java exception's class and message,
