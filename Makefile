@@ -89,7 +89,8 @@ $(STAMPS)/go-deploy: $(DEPLOY_CHECK)/go.mod $(DEPLOY_CHECK)/go.sum
 # (docs/operations.md, "Checkpoints on object storage"), `weed` into .tools/go/bin. `go install`
 # refuses its module (its go.mod has replace directives), so the module's source is copied out
 # of the module cache and built in place: ~1,700 Go packages, a 230 MB binary; 71 minutes the
-# first time on a 2-core machine shared with other builds (load 15-30), cached after.
+# first time on a 2-core machine shared with other builds (load 15-30); 5 minutes again with
+# Go's build cache warm.
 WEED_MODULE := github.com/seaweedfs/seaweedfs
 WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
 WEED_SRC := .tools/weed-src
