@@ -22,6 +22,8 @@ from siding.pipeline.driver.route import LiveTargets, RouteRuntime, claim_routes
 from siding.pipeline.driver.session import build_session, effective_master, task_slots
 from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
+from siding.pipeline.offline.hadoop_fs import release_private_jvm
+from siding.pipeline.offline.storage import scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,10 +108,12 @@ class Application:
                     app_name=config.spark.app_name,
                     extra=config.spark.conf_values(),
                     jars_dir=config.spark.jars_dir,
+                    s3a=scheme(config.spark.checkpoint_dir) == "s3a",
                 )
                 self._own_session = True
             if self.standby and not self._take_over(runtimes):
                 return
+            release_private_jvm()  # Spark's JVM serves the checkpoint's files from now on
             quiet_py4j()
             self.drain.open_signal()
             self._admin = admin

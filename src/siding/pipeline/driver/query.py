@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
 from siding.kafka.admin import committed_offsets
 from siding.pipeline.driver.source import source_options, starting_offsets, starting_offsets_of
+from siding.pipeline.offline.storage import Place
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,7 +31,7 @@ def starting(
     *,
     partitions: int,
     known: Mapping[str, int],
-    checkpoint: Path,
+    checkpoint: Place,
     lane: int,
 ) -> str:
     """``startingOffsets`` of a query reading ``topics``; ``known``: partitions of the topics
@@ -64,7 +64,7 @@ def start_query(
     topic: str,
     *,
     handler: Callable[[Any, int], None],
-    checkpoint: Path,
+    checkpoint: Place,
     starting: str,
     subscribe: str = "subscribe",
 ) -> StreamingQuery:

@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
@@ -28,7 +27,9 @@ from siding.pipeline.driver.source import end_offsets, main_subscription
 from siding.pipeline.driver.stops import RouteStops
 from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.offline import moves, owner, positions
+from siding.pipeline.offline.checkpoint_root import checkpoint_root, route_place
 from siding.pipeline.offline.route_lock import RouteLock
+from siding.pipeline.offline.storage import Place
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -107,17 +108,13 @@ class RouteRuntime:
         """Take the route's checkpoint and topics (``stop`` gives them back)."""
         open_routes((self,))
 
-    def _route_dir(self) -> Path | None:
-        base = owner.local_dir(self.config.spark.checkpoint_dir)
-        return None if base is None else base / naming.route_checkpoint_subdir(self.route.name)
+    def _route_dir(self) -> Place:
+        return route_place(self.config, self.route.name)
 
     def _check_owner(self) -> None:
         """Refuse a checkpoint that belongs to another cluster, topic or route (before Spark
         sees it); note the owner to record once the topics are ready."""
         route_dir = self._route_dir()
-        if route_dir is None:
-            log.info("checkpoint owners are not checked on %s", self.config.spark.checkpoint_dir)
-            return
         current = owner.Owner(self.route.name, self.route.source_label, cluster_id(self._admin))
         if owner.check(route_dir, current, naming.lane_label(0)).write:
             self._claim = current
@@ -139,13 +136,12 @@ class RouteRuntime:
 
     def _take_lock(self) -> None:
         """Hold the checkpoint while running: a second siding on it, or an offsets reset, is
-        refused (``siding.pipeline.offline.route_lock``). A fenced route takes no lock: the
-        fence decides across machines, and a lock held by a frozen driver on the same host
-        would keep its standby out."""
-        route_dir = self._route_dir()
-        if route_dir is not None and self.fence is None:
+        refused (``siding.pipeline.offline.route_lock``; a remote checkpoint takes none). A
+        fenced route takes no lock: the fence decides across machines, and a lock held by a
+        frozen driver on the same host would keep its standby out."""
+        if self.fence is None:
             what = f"siding run of route {self.route.name}"
-            self._lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
+            self._lock = RouteLock(self._route_dir(), what).acquire(wait_s=2.0)
 
     def lock_lost(self) -> str | None:
         """Why the checkpoint lock or the fence no longer guards the route, or ``None``."""
@@ -158,9 +154,8 @@ class RouteRuntime:
         self.partitions = self._prepared.partitions
 
     def _record_owner(self) -> None:
-        route_dir = self._route_dir()
-        if route_dir is not None and self._claim is not None:
-            owner.claim(route_dir, self._claim)
+        if self._claim is not None:
+            owner.claim(self._route_dir(), self._claim)
 
     def _reconcile(self) -> None:
         moves.reconcile_at_start(self.config, self.route, self._admin)
@@ -279,7 +274,7 @@ class RouteRuntime:
         assert self._prepared is not None
         route = self.route
         subdir = naming.checkpoint_subdir(route.name, lane)
-        checkpoint = Path(self.config.spark.checkpoint_dir) / subdir
+        checkpoint = checkpoint_root(self.config) / subdir
         starting = query.starting(
             self.config.kafka.client_config(),
             route,

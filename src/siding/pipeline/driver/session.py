@@ -46,15 +46,17 @@ def session_conf(
     ui: bool = False,
     extra: Mapping[str, str] | None = None,
     jars_dir: str | None = None,
+    s3a: bool = False,
 ) -> dict[str, str]:
     """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins.
-    ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``)."""
+    ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``); ``s3a``: the checkpoint
+    is on ``s3a://`` (hadoop-aws and the AWS SDK modules join the jars)."""
     local = master.startswith("local")
     java_opts = shlex.join([f"-Dlog4j2.configurationFile=file:{_LOG4J2}", *java_options()])
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
-        "spark.jars": ",".join(spark_jars(jars_dir)),
+        "spark.jars": ",".join(spark_jars(jars_dir, s3a=s3a)),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": java_opts,
@@ -88,6 +90,7 @@ def build_session(
     ui: bool = False,
     extra: Mapping[str, str] | None = None,
     jars_dir: str | None = None,
+    s3a: bool = False,
 ) -> SparkSession:
     """Create (or return the running) SparkSession with siding's settings."""
     # Workers must run the same interpreter (the one that has siding installed).
@@ -95,7 +98,7 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    conf = session_conf(master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir)
+    conf = session_conf(master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir, s3a=s3a)
     callers = _callers_sigint()
     _start_jvm_apart(conf)
     builder = SparkSession.builder
