@@ -12,7 +12,7 @@ GO_TOOLS := $(CURDIR)/.tools/go/bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/weed $(STAMPS)/sdk-node $(STAMPS)/sdk-java
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 # requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
 # it and siding itself are then installed editable.
@@ -85,22 +85,12 @@ $(STAMPS)/go-deploy: $(DEPLOY_CHECK)/go.mod $(DEPLOY_CHECK)/go.sum
 	cd $(DEPLOY_CHECK) && $(GO) mod download
 	@mkdir -p $(STAMPS) && touch $@
 
-# SeaweedFS (Apache-2.0): the S3-compatible server the object-storage tests start on loopback
-# (docs/operations.md, "Checkpoints on object storage"), `weed` into .tools/go/bin. `go install`
-# refuses its module (its go.mod has replace directives), so the module's source is copied out
-# of the module cache and built in place: ~1,700 Go packages, a 230 MB binary; 71 minutes the
-# first time on a 2-core machine shared with other builds (load 15-30); 5 minutes again with
-# Go's build cache warm.
-WEED_MODULE := github.com/seaweedfs/seaweedfs
-WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
-WEED_SRC := .tools/weed-src
-$(STAMPS)/weed:
-	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
-	dir=$$($(GO) mod download -json $(WEED_MODULE)@$(WEED_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
-	  test -n "$$dir" || { echo "error: cannot download $(WEED_MODULE)@$(WEED_VERSION)"; exit 1; }; \
-	  rm -rf $(WEED_SRC) && cp -r "$$dir" $(WEED_SRC) && chmod -R u+w $(WEED_SRC)
-	cd $(WEED_SRC) && $(GO) build -o $(GO_TOOLS)/weed ./weed
-	rm -rf $(WEED_SRC)
+# S3Proxy (Apache-2.0): the S3 server the object-storage tests start on loopback, its jars from
+# Maven Central into .tools/s3proxy (docs/operations.md, "Checkpoints on object storage").
+$(STAMPS)/s3proxy: jvm/s3proxy/pom.xml
+	rm -rf .tools/s3proxy
+	mvn -q -B -Dstyle.color=never -f jvm/s3proxy/pom.xml dependency:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/.tools/s3proxy
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,

@@ -1,16 +1,19 @@
-"""A real S3-compatible server on loopback for tests and benchmarks: SeaweedFS (Apache-2.0).
+"""A real S3 server on loopback for tests and benchmarks: S3Proxy (Apache-2.0).
 
-``weed server -s3`` in one process (master, volume server, filer and the S3 gateway), every
-port a free loopback port, its data in a folder of its own, one identity whose access key and
-secret are made for the run (``-s3.config``). ``make setup`` builds ``weed`` into
-``.tools/go/bin`` (``$SIDING_WEED`` or ``weed`` on PATH are used first). MinIO is not used: it
-is AGPL (docs/operations.md, "Checkpoints on object storage").
+S3Proxy serves the S3 REST API (signature v2 and v4) over jclouds' in-memory blob store (its
+filesystem stores map S3A's directory markers to folders and refuse Spark's checkpoint layout),
+so what a test writes lives as long as the server. One process, one free loopback port, one
+identity whose access key and secret are made for the run. ``make setup`` copies its jars into
+``.tools/s3proxy`` (``$SIDING_S3PROXY_JARS`` is used first). Neither MinIO (AGPL) nor SeaweedFS
+(a 230 MB Go build that took minutes on a fresh machine): docs/operations.md, "Checkpoints on
+object storage".
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import hashlib
+import hmac
 import os
 import secrets
 import shutil
@@ -19,43 +22,74 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from siding.devkit.broker import free_ports
 from siding.errors import SetupError
-from siding.jvm import checkout
+from siding.jvm import checkout, java_options, require_java
 
-WEED_ENV = "SIDING_WEED"
+JARS_ENV = "SIDING_S3PROXY_JARS"
 HOST = "127.0.0.1"
-# The region the SDK signs with; SeaweedFS accepts any.
+# The region the SDK signs with; S3Proxy accepts any.
 REGION = "us-east-1"
+_MAIN = "org.gaul.s3proxy.Main"
 
 
-def find_weed() -> str:
-    """The ``weed`` executable: ``$SIDING_WEED``, the checkout's ``.tools/go/bin/weed``, PATH."""
-    if env := os.environ.get(WEED_ENV):
-        return env
+def find_jars() -> Path:
+    """S3Proxy's jars folder: ``$SIDING_S3PROXY_JARS``, else the checkout's ``.tools/s3proxy``."""
+    if env := os.environ.get(JARS_ENV):
+        return Path(env)
     root = checkout()
-    if root is not None and (root / ".tools" / "go" / "bin" / "weed").is_file():
-        return str(root / ".tools" / "go" / "bin" / "weed")
-    found = shutil.which("weed")
-    if found is None:
-        raise SetupError("SeaweedFS's `weed` not found: run `make setup` (it builds it)")
-    return found
+    folder = root / ".tools" / "s3proxy" if root is not None else None
+    if folder is None or not any(folder.glob("s3proxy-*.jar")):
+        raise SetupError("S3Proxy's jars not found: run `make setup` (it fetches them)")
+    return folder
 
 
-def identities(access_key: str, secret_key: str) -> dict[str, object]:
-    """Pure: SeaweedFS's ``-s3.config``: one identity allowed everything, no anonymous access."""
+def properties(port: int, blobs: Path, access_key: str, secret_key: str) -> str:
+    """Pure: S3Proxy's settings: loopback only, signed requests only, an in-memory store."""
+    lines = {
+        "s3proxy.endpoint": f"http://{HOST}:{port}",
+        "s3proxy.authorization": "aws-v2-or-v4",
+        "s3proxy.identity": access_key,
+        "s3proxy.credential": secret_key,
+        "jclouds.provider": "transient",
+        "jclouds.identity": "local",
+        "jclouds.credential": "local",
+        "jclouds.filesystem.basedir": str(blobs),
+    }
+    return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+def sigv4_headers(  # noqa: PLR0917 (the request's parts, each once)
+    method: str, host: str, path: str, access_key: str, secret_key: str, now: float
+) -> dict[str, str]:
+    """Pure: the headers of an AWS signature v4 request with no query and an empty body."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    day = stamp[:8]
+    empty = hashlib.sha256(b"").hexdigest()
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    canonical = "\n".join(
+        [method, path, "", f"host:{host}", f"x-amz-content-sha256:{empty}",
+         f"x-amz-date:{stamp}", "", signed, empty]
+    )  # fmt: skip
+    scope = f"{day}/{REGION}/s3/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = f"AWS4{secret_key}".encode()
+    for part in (day, REGION, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     return {
-        "identities": [
-            {
-                "name": "siding",
-                "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
-                "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-            }
-        ]
+        "x-amz-date": stamp,
+        "x-amz-content-sha256": empty,
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+        f"SignedHeaders={signed}, Signature={signature}",
     }
 
 
@@ -70,7 +104,6 @@ class S3Server:
     folder: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
-    _master: str = ""
     _own_folder: bool = False
 
     @property
@@ -80,7 +113,7 @@ class S3Server:
     @property
     def log(self) -> Path:
         assert self.folder is not None
-        return self.folder / "weed.log"
+        return self.folder / "s3proxy.log"
 
     def hadoop_conf(self) -> dict[str, str]:
         """``spark.hadoop.fs.s3a.*`` settings for this server (credentials included)."""
@@ -95,40 +128,27 @@ class S3Server:
         }
 
     def start(self, timeout_s: float = 120.0) -> S3Server:
-        weed = find_weed()
+        jars = find_jars()
         if self.folder is None:
             self.folder = Path(tempfile.mkdtemp(prefix="siding-s3-"))
             self._own_folder = True
-        data = self.folder / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        config = self.folder / "s3.json"
-        config.write_text(json.dumps(identities(self.access_key, self.secret_key)))
+        blobs = self.folder / "blobs"
+        blobs.mkdir(parents=True, exist_ok=True)
+        (self.folder / "tmp").mkdir(exist_ok=True)
+        (self.port,) = free_ports(1)
+        config = self.folder / "s3proxy.conf"
+        config.write_text(properties(self.port, blobs, self.access_key, self.secret_key))
         config.chmod(0o600)
-        ports = free_ports(8)
-        # "http.grpc": SeaweedFS's form for a server whose gRPC port is not http + 10000.
-        self._master, self.port = f"{ports[0]}.{ports[1]}", ports[6]
         command = [
-            weed,
-            "server",
-            f"-dir={data}",
-            f"-ip={HOST}",
-            f"-ip.bind={HOST}",
-            f"-master.port={ports[0]}",
-            f"-master.port.grpc={ports[1]}",
-            "-master.telemetry=false",
-            "-master.volumeSizeLimitMB=64",
-            f"-volume.port={ports[2]}",
-            f"-volume.port.grpc={ports[3]}",
-            f"-filer.port={ports[4]}",
-            f"-filer.port.grpc={ports[5]}",
-            f"-filer.localSocket={self.folder / 'filer.sock'}",
-            "-s3",
-            f"-s3.port={ports[6]}",
-            f"-s3.port.grpc={ports[7]}",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            f"-s3.localSocket={self.folder / 's3.sock'}",
-            f"-s3.config={config}",
+            require_java(),
+            *java_options(),
+            "-Xmx256m",
+            f"-Djava.io.tmpdir={self.folder / 'tmp'}",
+            "-cp",
+            f"{jars}/*",
+            _MAIN,
+            "--properties",
+            str(config),
         ]
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
@@ -137,7 +157,7 @@ class S3Server:
         try:
             self._wait_ready(time.monotonic() + timeout_s)
             for bucket in self.buckets:
-                self._create_bucket(bucket, timeout_s)
+                self._create_bucket(bucket)
         except BaseException:
             self.stop()
             raise
@@ -146,39 +166,25 @@ class S3Server:
     def _wait_ready(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise SetupError(f"weed server exited ({self.process.returncode}): see {self.log}")
+                raise SetupError(f"S3Proxy exited ({self.process.returncode}): see {self.log}")
             with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.5):
                 return
             time.sleep(0.2)
         raise SetupError(f"the S3 server did not listen on {self.endpoint} in time: see {self.log}")
 
-    def _create_bucket(self, bucket: str, timeout_s: float) -> None:
-        """Through ``weed shell`` (the master must have its volume server first: retried)."""
-        deadline = time.monotonic() + timeout_s
-        command = [find_weed(), "shell", f"-master={HOST}:{self._master}"]
-        while True:
-            done = subprocess.run(
-                command,
-                input=f"s3.bucket.create -name {bucket}\nexit\n",
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-            listed = subprocess.run(
-                command,
-                input="s3.bucket.list\nexit\n",
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-            if any(line.strip().startswith(bucket) for line in listed.stdout.splitlines()):
-                return
-            if time.monotonic() > deadline:
-                tail = (done.stdout + done.stderr).strip()[-500:]
-                raise SetupError(f"cannot create bucket {bucket} on the S3 server: {tail}")
-            time.sleep(0.5)
+    def _create_bucket(self, bucket: str) -> None:
+        """``PUT /<bucket>``, signed with the run's identity (signature v4)."""
+        path = f"/{bucket}"
+        headers = sigv4_headers(
+            "PUT", f"{HOST}:{self.port}", path, self.access_key, self.secret_key, time.time()
+        )
+        request = urllib.request.Request(self.endpoint + path, method="PUT", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                answer.read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read().decode(errors="replace")[:300]
+            raise SetupError(f"cannot create bucket {bucket}: HTTP {exc.code} {body}") from exc
 
     def stop(self) -> None:
         proc, self.process = self.process, None
