@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding.config import RouteConfig, SidingConfig
-from siding.errors import RouteStopped
 from siding.kafka.admin import admin_client
 from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import make_listener
@@ -18,7 +17,13 @@ from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, quiet_py4j
 from siding.pipeline.driver.fence import driver_id
 from siding.pipeline.driver.query import short_error
-from siding.pipeline.driver.route import LiveTargets, RouteRuntime, claim_routes, prepare_routes
+from siding.pipeline.driver.route import (
+    LiveTargets,
+    RouteRuntime,
+    claim_routes,
+    prepare_routes,
+    take_over,
+)
 from siding.pipeline.driver.session import build_session, effective_master, task_slots
 from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
@@ -111,7 +116,7 @@ class Application:
                     s3a=scheme(config.spark.checkpoint_dir) == "s3a",
                 )
                 self._own_session = True
-            if self.standby and not self._take_over(runtimes):
+            if self.standby and not take_over(runtimes, self.stop_event):
                 return
             release_private_jvm()  # Spark's JVM serves the checkpoint's files from now on
             quiet_py4j()
@@ -128,19 +133,6 @@ class Application:
             for runtime in reversed(runtimes):
                 runtime.stop()
             raise
-
-    def _take_over(self, runtimes: Sequence[RouteRuntime]) -> bool:
-        """A standby's wait for its routes' fences; ``False`` when it was asked to stop
-        before it took them (a clean stop: it held nothing)."""
-        log.info("siding: standby: Spark is up; waiting for the routes' fences")
-        try:
-            claim_routes(runtimes)
-        except RouteStopped:
-            if not self.stop_event.is_set():
-                raise
-            log.info("siding: standby stopped before it took the routes over")
-            return False
-        return True
 
     def add_route(self, route: RouteConfig) -> None:
         """Start a route made at runtime (docs/registration.md), as ``start`` starts one from

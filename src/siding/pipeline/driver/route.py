@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
+from siding.errors import RouteStopped
 from siding.kafka.admin import cluster_id, commit_offsets
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
@@ -451,6 +452,20 @@ def prepare_routes(runtimes: Sequence[RouteRuntime]) -> None:
 def claim_routes(runtimes: Sequence[RouteRuntime]) -> None:
     """The second half of ``open_routes``: the fence (a standby waits here), lock, owner."""
     _steps(runtimes, _CLAIM_STEPS)
+
+
+def take_over(runtimes: Sequence[RouteRuntime], stop_event: threading.Event) -> bool:
+    """A standby's wait for its routes' fences (``claim_routes``); ``False`` when it was asked
+    to stop before it took them (a clean stop: it held nothing)."""
+    log.info("siding: standby: Spark is up; waiting for the routes' fences")
+    try:
+        claim_routes(runtimes)
+    except RouteStopped:
+        if not stop_event.is_set():
+            raise
+        log.info("siding: standby stopped before it took the routes over")
+        return False
+    return True
 
 
 def _steps(
