@@ -15,7 +15,6 @@ from siding import naming
 from siding.errors import DlqFloodError, DurableWriteError
 from siding.model import OutcomeKind
 from siding.pipeline.driver.batch import BatchHandler, checked, log
-from siding.pipeline.driver.executors import executor_count
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.executor.park_task import settle_partition
 from siding.pipeline.executor.result import TaskResult
@@ -59,10 +58,7 @@ class ParkBatchHandler(BatchHandler):
         rows = frame.selectExpr(*SELECT_EXPR)
         rdd = rows.rdd
         plan = self._plan(
-            max(rdd.getNumPartitions(), 1),
-            {},
-            settlements=self.settlements.of(tokens),
-            executors=executor_count(rdd.context),
+            max(rdd.getNumPartitions(), 1), {}, settlements=self.settlements.of(tokens)
         )
 
         def run() -> list[TaskResult]:

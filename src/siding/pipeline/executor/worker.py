@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from siding.config import Endpoint, RouteConfig
-from siding.dispatch import AdaptiveSettings, BreakerSettings, CircuitBreaker, ParkTimer
-from siding.dispatch.adaptive import LimitCell, initial_limit
+from siding.dispatch import BreakerSettings, CircuitBreaker, ParkTimer
 from siding.dispatch.breaker import BreakerState
 from siding.kafka.tail import TopicTail
 from siding.pipeline.executor.live import LiveCalls
@@ -67,8 +66,6 @@ class WorkerRuntime:
         default_factory=dict
     )
     feeds: dict[tuple[str, tuple[tuple[str, str], ...]], MemberFeed] = field(default_factory=dict)
-    # The adaptive limit per (route, endpoint) and lane, kept across batches (docs/dispatch.md).
-    limits: dict[tuple[str, str, int], LimitCell] = field(default_factory=dict)
     parked: ParkedCalls = field(init=False)
     live: LiveCalls = field(init=False)
 
@@ -159,18 +156,6 @@ class WorkerRuntime:
         assert entry.pool is not None
         if entry.pool.refresh() and entry.breaker.state is not BreakerState.CLOSED:
             entry.breaker.close()
-
-    def limit(
-        self, endpoint: tuple[str, str], lane: int, max_in_flight: int, adaptive: AdaptiveSettings
-    ) -> LimitCell:
-        """The adaptive limit of an endpoint's lane in this worker: a new one ramps up from
-        ``min_in_flight``, measuring the consumer's latency unloaded on the way."""
-        key = (*endpoint, lane)
-        cell = self.limits.get(key)
-        if cell is None:
-            state = initial_limit(max_in_flight, adaptive, ramp=True)
-            cell = self.limits[key] = LimitCell(state)
-        return cell
 
     def feed(self, topic: str, client_conf: Mapping[str, object]) -> MemberFeed:
         key = (topic, tuple(sorted((k, str(v)) for k, v in client_conf.items())))
