@@ -27,7 +27,6 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from bench.workloads.measure import latencies_ms, rounded_percentile
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun, config_text
+from siding.devkit.process import start_siding_run
 from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings, read_records
 from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.wait import wait_until
@@ -47,18 +47,7 @@ from siding.model import delivery_id
 
 RESULTS = Path(__file__).parent / "results" / "failover.json"
 LATENCY_S = (0.01, 0.05)
-_ENTRY = "from siding.cli.main import main; main()"
 SPARK_START_S = 300
-
-
-def _siding_run(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, "run", "-c", str(config), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -118,10 +107,10 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
 
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            procs.append(_siding_run(configs["a"], logs["a"]))
+            procs.append(start_siding_run(configs["a"], logs["a"]))
             wait_until(lambda: received() >= 1, timeout_s=SPARK_START_S, what="A delivers")
             if mode == "standby":
-                procs.append(_siding_run(configs["b"], logs["b"], "--standby"))
+                procs.append(start_siding_run(configs["b"], logs["b"], "--standby"))
                 wait_until(
                     lambda: _logged_at(logs["b"], "waiting for the routes' fences"),
                     timeout_s=SPARK_START_S,
@@ -132,7 +121,7 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
             _stop(procs[0], signal.SIGKILL)
             killed_at = time.time()
             if mode == "cold":
-                procs.append(_siding_run(configs["b"], logs["b"]))
+                procs.append(start_siding_run(configs["b"], logs["b"]))
             wait_until(
                 lambda: any(r.received_s > killed_at for r in read_records(record)),
                 timeout_s=SPARK_START_S,

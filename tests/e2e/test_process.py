@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -20,6 +19,7 @@ from siding import naming
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka, free_port
 from siding.devkit.harness import PipelineRun, config_text
+from siding.devkit.process import start_siding_run
 from siding.devkit.sim_consumer import Behaviour, Fate, plan, read_records
 from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
@@ -27,20 +27,12 @@ from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
 
 SimFactory = Callable[..., Any]
-_ENTRY = "from siding.cli.main import main; main()"
 
 
 def _siding_run(
     config: Path, log: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, "run", "-c", str(config), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
+    return start_siding_run(config, log, *args, env=env)
 
 
 def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
