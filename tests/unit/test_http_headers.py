@@ -10,10 +10,9 @@ import pytest
 
 from siding.errors import ConfigError
 from siding.model import Delivery, delivery_id
-from siding.transport.http import (
+from siding.transport.http import HttpTransport, WebhookSpec
+from siding.transport.http_headers import (
     MAX_FORWARDED_VALUE_BYTES,
-    HttpTransport,
-    WebhookSpec,
     build_headers,
     header_value,
     printable_key,

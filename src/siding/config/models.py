@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
+from siding.config.http_request import HttpConfig
 from siding.config.sections import (
     ControlConfig,
     FenceConfig,
@@ -22,6 +23,7 @@ from siding.config.sections import (
     SparkConfig,
     fence_on,
 )
+from siding.config.url_template import UrlTemplate, parse_url_template
 from siding.config.values import Scheme, parse_endpoint_url
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
@@ -68,6 +70,10 @@ class Endpoint(BaseModel):
     @property
     def tls(self) -> bool:
         return self.scheme in ("grpcs", "grpcs+dns", "https")
+
+    def url_template(self) -> UrlTemplate:
+        """A webhook URL as a template (one without placeholders is a static one)."""
+        return parse_url_template(self.url)
 
     @property
     def grpc_target(self) -> str:
@@ -272,6 +278,8 @@ class RouteConfig(BaseModel):
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
     batch: BatchConfig | None = None
+    # Webhooks only: the method, static headers and Idempotency-Key (docs/webhooks.md).
+    http: HttpConfig = HttpConfig()
     # Consumer instances that join at runtime (docs/registration.md).
     registration_token: SecretStr | None = None
     lease: PositiveDuration = DEFAULT_LEASE_S
@@ -425,6 +433,17 @@ class RouteConfig(BaseModel):
             raise Problem(("transport",), "only applies to gRPC endpoints")
         if self.batch is not None and first.is_grpc and self.transport == "unary":
             raise Problem(("batch",), "batched delivery needs transport = 'stream' (the default)")
+        if "http" in self.model_fields_set and first.is_grpc:
+            raise Problem(("http",), "only for HTTP endpoints")
+        if self.batch is not None and not first.is_grpc:
+            for n, endpoint in enumerate(self.endpoint):
+                if not endpoint.url_template().is_static:
+                    where = ("endpoint", n) if len(self.endpoint) > 1 else ("endpoint",)
+                    raise Problem(
+                        where,
+                        "a URL with placeholders needs one request per record: leave out"
+                        " batch or the placeholders",
+                    )
         if self.auth.webhook_secret is not None and first.is_grpc:
             raise Problem(("auth", self.auth.given("webhook_secret")), "only for HTTP endpoints")
         for pem in ("ca_pem", "cert_pem", "key_pem"):
@@ -515,6 +534,8 @@ class RouteConfig(BaseModel):
         data["endpoint"] = [e.url for e in self.endpoint]
         if self.endpoint and not self.endpoint[0].is_grpc:
             del data["transport"]
+        if self.endpoint and self.endpoint[0].is_grpc:
+            del data["http"]
         return data
 
     def lanes_as_model(self) -> tuple[Lane, ...]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from siding.config.url_template import parse_url_template
+
 _SECRET_NAME = re.compile(
     r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|keystore\.key"
     r"|access\.key",
@@ -80,13 +82,16 @@ class ParsedUrl:
 
 
 def parse_endpoint_url(url: str) -> ParsedUrl:
-    """An endpoint URL's scheme, host and port; no credentials, no gRPC path."""
+    """An endpoint URL's scheme, host and port; no credentials, no gRPC path. A webhook URL may
+    hold placeholders in its path and query (siding.config.url_template)."""
     text = url.strip()
     scheme = text.split(":", 1)[0].lower() if ":" in text else ""
     if scheme not in SCHEMES:
         raise ValueError(
             f"{text!r}: unsupported scheme; use grpc://, grpcs://, grpc+dns:///, http:// or https://"
         )
+    if scheme in _DEFAULT_PORTS:
+        parse_url_template(text)  # a webhook URL may be a template: check it before the rest
     parts = urlsplit(text)
     if scheme.endswith("+dns"):
         if parts.netloc:

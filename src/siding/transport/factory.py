@@ -60,10 +60,11 @@ def channel_spec(route: RouteConfig, endpoint: Endpoint) -> ChannelSpec:
 
 
 def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> WebhookSpec:
-    """How the HTTP transports reach ``endpoint``: the route's signing secret and token, its TLS."""
+    """How the HTTP transports reach ``endpoint``: the route's signing secret and token, its TLS,
+    and its request shape (``[route.http]``)."""
     from siding.transport.http import WebhookSpec
 
-    auth = route.auth
+    auth, shape = route.auth, route.http
     return WebhookSpec(
         endpoint.url,
         secret=_secret(auth.webhook_secret),
@@ -71,6 +72,9 @@ def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -
         source="kafka://{topic}",  # each delivery's origin topic
         max_connections=max_connections,
         client_tls=client_tls(route) if endpoint.tls else None,
+        method=shape.method,
+        headers=shape.header_values(),
+        idempotency_key=shape.idempotency_key,
     )
 
 

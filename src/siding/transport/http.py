@@ -7,19 +7,24 @@ headers) signed per Standard Webhooks; docs/webhooks.md lists every header.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 import ssl
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 
 import aiohttp
 from yarl import URL
 
+from siding.config.url_template import parse_url_template
 from siding.errors import ConfigError
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport import signing
+from siding.transport.http_headers import (
+    DEFAULT_EVENT_TYPE,
+    DEFAULT_SOURCE,
+    bearer,
+    build_headers,
+)
 from siding.transport.outcomes import (
     outcome_from_connection_error,
     outcome_from_http,
@@ -29,44 +34,20 @@ from siding.transport.outcomes import (
 from siding.transport.outputs import MAX_OUTPUTS_BYTES, ack_from_body, is_json
 from siding.transport.tls import ClientTls
 
-DEFAULT_SOURCE = "kafka://{topic}"
-DEFAULT_EVENT_TYPE = "dev.siding.delivery"
-DEFAULT_CONTENT_TYPE = "application/octet-stream"
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
-# A forwarded header this long risks a 431/400 from the consumer's server, which would
-# dead-letter a good message; such a header is dropped instead.
-MAX_FORWARDED_VALUE_BYTES = 4096
 _REASON_EXCERPT_CHARS = 200
 _USER_AGENT = "siding"
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field-name
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB; includes CR, LF, NUL
-_RESERVED_PREFIXES = ("ce-", "webhook-", "siding-")
-# Ours, or hop-by-hop / framing headers that would change how the request itself is carried.
-_RESERVED_NAMES = frozenset(
-    {
-        "authorization",
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "expect",
-        "proxy-authorization",
-        "proxy-connection",
-    }
-)
+_METHODS = ("POST", "PUT", "PATCH")
 
 
 @dataclass(frozen=True, slots=True)
 class WebhookSpec:
     """How to reach, sign for and talk to one webhook endpoint, for either HTTP transport (the
     transport checks it when it is built). HTTPS is verified against the system trust store, or
-    only ``ca_file`` when given, unless ``insecure``; ``source`` may contain ``{topic}``."""
+    only ``ca_file`` when given, unless ``insecure``; ``source`` may contain ``{topic}``. ``url``
+    may be a template (siding.config.url_template); ``method``, ``headers`` (static, never
+    shown) and ``idempotency_key`` shape each request (docs/webhooks.md)."""
 
     url: str = field(repr=False)  # may carry a user and password
     secret: str | None = field(default=None, repr=False)
@@ -81,103 +62,9 @@ class WebhookSpec:
     ca_file: str | None = None
     insecure: bool = False
     client_tls: ClientTls | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RequestHeaders:
-    """The headers of one webhook request, and how many Kafka headers were not forwarded."""
-
-    headers: tuple[tuple[str, str], ...]
-    dropped: int
-
-
-def build_headers(
-    delivery: Delivery,
-    *,
-    timestamp_s: int,
-    secret: str | None = None,
-    bearer_token: str | None = None,
-    source: str = DEFAULT_SOURCE,
-    event_type: str = DEFAULT_EVENT_TYPE,
-) -> RequestHeaders:
-    """Every header of the POST for ``delivery`` (sent at ``timestamp_s``); pure.
-
-    ``source`` may contain ``{topic}``. Kafka headers are forwarded unless unsafe or reserved;
-    a Kafka ``content-type`` header becomes the request's content type.
-    """
-    headers: list[tuple[str, str]] = [
-        ("ce-specversion", "1.0"),
-        ("ce-id", delivery.id),
-        ("ce-source", source.replace("{topic}", delivery.topic)),
-        ("ce-type", event_type),
-    ]
-    if delivery.timestamp_ms > 0:
-        headers.append(("ce-time", rfc3339(delivery.timestamp_ms)))
-    subject = printable_key(delivery.key)
-    if subject is not None:
-        headers.append(("ce-subject", subject))
-    headers += [
-        ("webhook-id", delivery.id),
-        ("webhook-timestamp", str(timestamp_s)),
-    ]
-    if secret is not None:
-        body = delivery.value or b""
-        headers.append(("webhook-signature", signing.sign(secret, delivery.id, timestamp_s, body)))
-    headers += [
-        ("siding-attempt", str(delivery.attempt)),
-        ("siding-lane", str(delivery.lane)),
-        ("siding-topic", delivery.topic),
-        ("siding-partition", str(delivery.partition)),
-        ("siding-offset", str(delivery.offset)),
-    ]
-    if delivery.key is not None and subject is None:
-        headers.append(("siding-key", base64.b64encode(delivery.key).decode()))
-
-    content_type = DEFAULT_CONTENT_TYPE
-    dropped = 0
-    for name, raw in delivery.headers:
-        value = header_value(raw)
-        if value is None or not _TOKEN.fullmatch(name):
-            dropped += 1
-            continue
-        lowered = name.lower()
-        if lowered == "content-type":
-            content_type = value  # the last one wins, as Kafka's Headers.lastHeader does
-        elif lowered in _RESERVED_NAMES or lowered.startswith(_RESERVED_PREFIXES):
-            dropped += 1
-        else:
-            headers.append((name, value))
-    headers.append(("content-type", content_type))
-    if bearer_token is not None:
-        headers.append(("authorization", _bearer(bearer_token)))
-    return RequestHeaders(tuple(headers), dropped)
-
-
-def header_value(raw: bytes) -> str | None:
-    """A Kafka header value as a safe HTTP field value, or ``None`` when it must not be sent."""
-    if len(raw) > MAX_FORWARDED_VALUE_BYTES:
-        return None
-    try:
-        value = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if _CONTROL.search(value) else value
-
-
-def printable_key(key: bytes | None) -> str | None:
-    """The key as text when it is non-empty printable ASCII that survives HTTP intact."""
-    if not key or not key.isascii():
-        return None
-    text = key.decode("ascii")
-    # Leading/trailing blanks would be trimmed in transit, so such a key goes as base64.
-    return text if text.isprintable() and text == text.strip() else None
-
-
-def rfc3339(timestamp_ms: int) -> str:
-    """A Kafka timestamp (ms since the epoch) as RFC 3339 UTC with milliseconds."""
-    seconds, millis = divmod(timestamp_ms, 1000)
-    when = datetime.fromtimestamp(seconds, tz=UTC)
-    return f"{when:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+    method: str = "POST"
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    idempotency_key: bool = True
 
 
 class HttpTransport:
@@ -195,6 +82,12 @@ class HttpTransport:
 
     def __init__(self, spec: WebhookSpec) -> None:
         self._url = _endpoint(spec.url)
+        try:
+            self._template = parse_url_template(spec.url)
+        except ValueError as error:
+            raise ConfigError("endpoint", str(error)) from None
+        if spec.method not in _METHODS:
+            raise ConfigError("method", f"{spec.method!r}: use one of {', '.join(_METHODS)}")
         if spec.secret is not None:
             signing.secret_key(spec.secret)  # fail now, not on the first delivery
         if spec.bearer_token is not None and not _is_token(spec.bearer_token):
@@ -226,11 +119,14 @@ class HttpTransport:
             bearer_token=self._spec.bearer_token,
             source=self._spec.source,
             event_type=self._spec.event_type,
+            static=self._spec.headers,
+            idempotency_key=self._spec.idempotency_key,
         )
         self.dropped_headers += request.dropped
         try:
-            async with client.post(
-                self._url,
+            async with client.request(
+                self._spec.method,
+                self._url_of(delivery),
                 data=delivery.value or b"",
                 headers=request.headers,
                 allow_redirects=False,
@@ -250,14 +146,22 @@ class HttpTransport:
             return outcome
         return replace(outcome, reason=f"{outcome.reason}: {text}")
 
+    def _url_of(self, delivery: Delivery) -> URL:
+        if self._template.is_static:
+            return self._url
+        return URL(self._template.fill(delivery), encoded=True)  # filled values are escaped
+
     async def probe(self) -> bool:
-        """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up."""
+        """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up (a template's
+        URL up to its first placeholder)."""
         client = self._session()
         token = self._spec.bearer_token
-        auth = () if token is None else (("authorization", _bearer(token)),)
+        auth = () if token is None else (("authorization", bearer(token)),)
+        first = self._template.parts[0]
+        url = self._url if self._template.is_static else URL(str(first), encoded=True)
         try:
             async with client.options(
-                self._url,
+                url,
                 headers=auth,
                 allow_redirects=False,
                 timeout=self._timeout(self._spec.probe_timeout_s),
@@ -372,10 +276,6 @@ def _endpoint(url: str) -> URL:
 
 def _redacted(url: URL) -> str:
     return str(url.with_user(None)) if url.user or url.password else str(url)
-
-
-def _bearer(token: str) -> str:
-    return f"Bearer {token}"
 
 
 def _is_token(token: str) -> bool:

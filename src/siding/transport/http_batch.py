@@ -156,8 +156,11 @@ class HttpBatchTransport(HttpTransport):
             headers.append(("webhook-signature", signature))
         if self._spec.bearer_token is not None:
             headers.append(("authorization", f"Bearer {self._spec.bearer_token}"))
+        # No Idempotency-Key: a batch is made anew each time; each event's id is the key.
+        headers += self._spec.headers
         try:
-            async with client.post(
+            async with client.request(
+                self._spec.method,
                 self._url,
                 data=body,
                 headers=headers,

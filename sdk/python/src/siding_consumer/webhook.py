@@ -35,6 +35,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# A route may send with any of these ([route.http] method), to any path of the server.
+_METHODS = ("POST", "PUT", "PATCH")
 
 
 def verify_webhook(
@@ -159,9 +161,10 @@ async def _answer(send: Send, status: int, text: bytes) -> None:
 
 class WebhookApp:
     """An ASGI app that answers siding's webhooks with a handler: one delivery per request
-    (binary mode) or a batch (``application/cloudevents-batch+json``, every delivery handled at
-    once). With a ``secret``, a request whose signature does not verify is answered 401 without
-    calling the handler. Run it under any ASGI server (uvicorn, hypercorn, ...)."""
+    (binary mode; ``POST``, ``PUT`` or ``PATCH`` to any path) or a batch
+    (``application/cloudevents-batch+json``, every delivery handled at once). With a
+    ``secret``, a request whose signature does not verify is answered 401 without calling the
+    handler. Run it under any ASGI server (uvicorn, hypercorn, ...)."""
 
     def __init__(
         self,
@@ -184,7 +187,7 @@ class WebhookApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if scope.get("method") != "POST":
+        if scope.get("method") not in _METHODS:
             await _answer(send, 405 if scope.get("method") != "OPTIONS" else 204, b"")
             return
         body = await _read_body(receive, self._max_body_bytes)

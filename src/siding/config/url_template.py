@@ -1,0 +1,115 @@
+"""Webhook URL templates (``https://host/orders/{key}``): parsed once when the configuration is
+loaded, filled for each delivery. docs/webhooks.md, "The request's URL", is the contract.
+
+Pure: ``parse_url_template`` raises ``ValueError`` with a message for the user (the caller adds
+the key); ``UrlTemplate.fill`` never fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from siding.model import Delivery
+
+FIELDS = ("topic", "partition", "offset", "key")
+HEADER_PREFIX = "header."
+# What a literal part of a templated URL keeps as it is: RFC 3986's reserved and unreserved
+# characters and '%' (an escape the user wrote); anything else (a space, say) is escaped.
+_LITERAL_SAFE = "/:?#[]@!$&'()*+,;=%-._~"
+
+
+@dataclass(frozen=True, slots=True)
+class Placeholder:
+    """``{topic}``, ``{partition}``, ``{offset}``, ``{key}``, or ``{header.NAME}`` (``header``
+    is then ``NAME``)."""
+
+    field: str
+    header: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UrlTemplate:
+    """A URL as literal text and placeholders, in order."""
+
+    parts: tuple[str | Placeholder, ...]
+
+    @property
+    def is_static(self) -> bool:
+        """Whether the URL has no placeholder (every delivery goes to the same URL)."""
+        return all(isinstance(part, str) for part in self.parts)
+
+    def fill(self, delivery: Delivery) -> str:
+        """The URL for ``delivery``, every value percent-encoded (a ``/`` in a key stays inside
+        its path segment)."""
+        return "".join(
+            part if isinstance(part, str) else _value(part, delivery) for part in self.parts
+        )
+
+
+def parse_url_template(url: str) -> UrlTemplate:
+    """The template in ``url``. Placeholders may only stand in the path or the query: the host
+    and port are the endpoint's, one connection pool and breaker each."""
+    parts: list[str | Placeholder] = []
+    literal_start = 0
+    pos = 0
+    while pos < len(url):
+        char = url[pos]
+        if char == "}":
+            raise ValueError(f"{url!r}: unbalanced '}}' at character {pos + 1}")
+        if char != "{":
+            pos += 1
+            continue
+        end = url.find("}", pos + 1)
+        inner = url[pos + 1 : end] if end != -1 else url[pos + 1 :]
+        if end == -1 or "{" in inner:
+            raise ValueError(f"{url!r}: unbalanced '{{' at character {pos + 1}")
+        if not parts and not _in_path_or_query(url[:pos]):
+            raise ValueError(
+                f"{url!r}: a placeholder may stand only in the path or the query, not in the"
+                " scheme, host or port"
+            )
+        if pos > literal_start:
+            parts.append(_literal(url[literal_start:pos]))
+        parts.append(_placeholder(url, inner))
+        pos = literal_start = end + 1
+    if literal_start < len(url):
+        tail = url[literal_start:]
+        parts.append(_literal(tail) if parts else tail)
+    return UrlTemplate(tuple(parts))
+
+
+def _in_path_or_query(prefix: str) -> bool:
+    """Whether the end of ``prefix`` (a URL's start) is past its host and port."""
+    _, sep, rest = prefix.partition("://")
+    return bool(sep) and any(c in rest for c in "/?")
+
+
+def _literal(text: str) -> str:
+    return quote(text, safe=_LITERAL_SAFE)
+
+
+def _placeholder(url: str, inner: str) -> Placeholder:
+    if inner in FIELDS:
+        return Placeholder(inner)
+    if inner.startswith(HEADER_PREFIX) and len(inner) > len(HEADER_PREFIX):
+        return Placeholder("header", inner.removeprefix(HEADER_PREFIX))
+    known = ", ".join(f"{{{name}}}" for name in FIELDS)
+    raise ValueError(f"{url!r}: unknown placeholder {{{inner}}}: use {known} or {{header.NAME}}")
+
+
+def _value(placeholder: Placeholder, delivery: Delivery) -> str:
+    match placeholder.field:
+        case "topic":
+            return quote(delivery.topic, safe="")
+        case "partition":
+            return str(delivery.partition)
+        case "offset":
+            return str(delivery.offset)
+        case "key":
+            return quote(delivery.key or b"", safe="")  # a null key: empty
+    found = b""
+    for name, value in delivery.headers:
+        if name == placeholder.header:
+            found = value  # the last one wins, as Kafka's Headers.lastHeader does
+    return quote(found, safe="")
