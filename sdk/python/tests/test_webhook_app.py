@@ -35,10 +35,13 @@ async def by_key(d: Delivery) -> Reply:
     return ack()
 
 
-async def call(app: WebhookApp, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+async def call(
+    app: WebhookApp, headers: dict[str, str], body: bytes, method: str = "POST", path: str = "/"
+) -> tuple[int, bytes]:
     scope = {
         "type": "http",
-        "method": "POST",
+        "method": method,
+        "path": path,
         "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
     }
     sent: list[dict[str, Any]] = []
@@ -74,6 +77,19 @@ async def test_a_single_delivery_is_verified_and_answered_by_status() -> None:
     status, body = await call(app, forged, b"v")
     assert status == 401
     assert b"no webhook-signature matches" in body
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+async def test_a_route_that_puts_to_a_path_with_the_key_is_answered_too(method: str) -> None:
+    app = WebhookApp(by_key, SECRET)
+    headers = signed("t/0/1", b"v", **{"ce-id": "t/0/1", "ce-subject": "dead"})
+
+    assert await call(app, headers, b"v", method, "/orders/dead") == (422, b"poison")
+
+
+@pytest.mark.parametrize(("method", "status"), [("GET", 405), ("DELETE", 405), ("OPTIONS", 204)])
+async def test_other_methods_are_not_deliveries(method: str, status: int) -> None:
+    assert (await call(WebhookApp(by_key), {"ce-id": "t/0/1"}, b"", method))[0] == status
 
 
 async def test_a_batch_is_answered_per_delivery() -> None:
