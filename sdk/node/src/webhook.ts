@@ -39,6 +39,7 @@ export interface WebhookServerOptions extends WebhookOptions {
 }
 
 const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
+const DELIVERY_METHODS = new Set(["POST", "PUT", "PATCH"]);
 type Listener = (request: IncomingMessage, response: ServerResponse) => void;
 
 /** Requests answered so far: one-delivery requests, batch requests and the deliveries in them. */
@@ -95,7 +96,10 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
 
   async function answer(request: IncomingMessage): Promise<HttpAnswer> {
     if (request.method === "OPTIONS") return { status: 204, headers: {}, body: "" };
-    if (request.method !== "POST") return plain(405, "siding deliveries are POSTed");
+    // A route may send with POST, PUT or PATCH ([route.http] method), to any path.
+    if (!DELIVERY_METHODS.has(request.method ?? "")) {
+      return plain(405, "siding deliveries are POSTed, PUT or PATCHed");
+    }
     let body: Buffer;
     try {
       body = await readBody(request, limit);

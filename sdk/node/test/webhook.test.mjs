@@ -130,6 +130,15 @@ describe("WebhookServer", () => {
     assert.equal(server.stats().batchDeliveries - before.batchDeliveries, 3);
   });
 
+  it("answers a route that PUTs or PATCHes to a path with the key, and 405 to GET", async () => {
+    const body = Buffer.from("dead");
+    for (const method of ["PUT", "PATCH"]) {
+      const r = await request(`${server.url}orders/dead`, method, sidingHeaders("orders/0/30", body), body);
+      assert.equal(r.status, 422, method);
+    }
+    assert.equal((await request(`${server.url}orders/dead`, "GET")).status, 405);
+  });
+
   it("answers 413 over the body limit, 400 to a request that is not siding's, 204 to OPTIONS", async () => {
     const big = Buffer.alloc(2048);
     assert.equal((await post(server.url, sidingHeaders("orders/0/8", big), big)).status, 413);

@@ -86,6 +86,20 @@ class WebhookServerTest {
   }
 
   @Test
+  void answersARouteThatPutsOrPatchesToAPathWithTheKeyAnd405ToGet() throws Exception {
+    byte[] body = "dead".getBytes(StandardCharsets.UTF_8);
+    for (String method : List.of("PUT", "PATCH")) {
+      var request = HttpRequest.newBuilder(URI.create(server.url() + "orders/dead"))
+          .timeout(Duration.ofSeconds(10))
+          .method(method, HttpRequest.BodyPublishers.ofByteArray(body));
+      sidingHeaders("orders/0/30", body).forEach(request::header);
+      assertEquals(422, http.send(request.build(), HttpResponse.BodyHandlers.ofString()).statusCode());
+    }
+    var get = HttpRequest.newBuilder(URI.create(server.url() + "orders/dead")).GET();
+    assertEquals(405, http.send(get.build(), HttpResponse.BodyHandlers.ofString()).statusCode());
+  }
+
+  @Test
   void answersDeadWith422AndRetryWith500TheReasonInTheBody() throws Exception {
     for (var c : Map.of("dead", List.of(422, "bad record"), "retry", List.of(500, "busy")).entrySet()) {
       byte[] body = c.getKey().getBytes(StandardCharsets.UTF_8);
