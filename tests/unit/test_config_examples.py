@@ -67,7 +67,7 @@ def file_keys(table: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
             yield f"{key}.<property>"
         elif prefix == "kafka." and name != "bootstrap":
             yield "kafka.<property>"
-        elif key == "spark.conf":
+        elif key in ("spark.conf", "route.http.headers"):  # tables of the user's own names
             yield key
         elif key == "route":
             for route in value:
@@ -117,6 +117,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "RECEIPTS_CERT_PEM": PEM_CERT,
         "RECEIPTS_KEY_PEM": PEM_KEY,
         "ORDERS_JOIN_TOKEN": "orders-join-token",
+        "AUDIT_API_KEY": "audit-key",
     }
     # When it is loaded
     config = load_config(tmp_path / "siding.toml", env=env)
@@ -138,7 +139,11 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     assert billing.ordering is Ordering.KEY
     assert billing.lanes_as_model() == (Lane(10.0, 30.0, 1), Lane(300.0, 120.0, 2))
     assert naming.route_dlq(billing) == "trips.billing.dlq"
-    assert naming.route_dlq(config.route_named("audit")) == "siding.audit.dlq"
+    audit = config.route_named("audit")
+    assert naming.route_dlq(audit) == "siding.audit.dlq"
+    assert audit.http.method == "PUT" and audit.http.header_values() == (
+        ("X-Api-Key", "audit-key"),
+    )
     assert config.kafka.client_config()["bootstrap.servers"] == "127.0.0.1:9092"
     assert config.kafka.notes == ()  # every [kafka] setting reaches the clients it is for
     assert config.spark.checkpoint_dir == str(tmp_path / ".siding" / "checkpoints")
