@@ -110,6 +110,20 @@ async def test_a_put_goes_to_the_records_own_url_with_the_static_headers_and_its
     assert (probe.method, probe.raw_path) == ("OPTIONS", "/orders/")
 
 
+async def test_a_template_keeps_the_endpoints_credentials_and_host(server: Server) -> None:
+    # Given a URL with a user (basic auth, as aiohttp sends it) and a template in its query
+    url = server.base.replace("http://", "http://u:pw@") + "/q?key={key}"
+    transport = HttpTransport(WebhookSpec(url))
+    try:
+        assert (await transport.send(delivery(b"a&b=c"), 5.0)).kind is OutcomeKind.ACK
+    finally:
+        await transport.close()
+
+    [seen] = server.seen
+    assert seen.raw_path == "/q?key=a%26b%3Dc"  # one query value, not two
+    assert seen.headers["Authorization"] == "Basic " + base64.b64encode(b"u:pw").decode()
+
+
 async def test_idempotency_key_off_sends_none_and_post_stays_the_default(server: Server) -> None:
     transport = HttpTransport(WebhookSpec(server.base + "/hook", idempotency_key=False))
     try:

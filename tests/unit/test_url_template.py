@@ -34,7 +34,7 @@ def test_a_url_without_placeholders_is_static_and_kept_as_written() -> None:
     template = parse_url_template("http://host:8080/hook?a=b c")
 
     assert template.is_static
-    assert template.parts == ("http://host:8080/hook?a=b c",)
+    assert (template.origin, template.parts) == ("http://host:8080/hook?a=b c", ())
     assert template.fill(delivery()) == "http://host:8080/hook?a=b c"
 
 
@@ -44,8 +44,9 @@ def test_parsing_splits_literals_and_placeholders() -> None:
     )
 
     assert not template.is_static
+    assert template.origin == "https://h"
     assert template.parts == (
-        "https://h/t/",
+        "/t/",
         Placeholder("topic"),
         "/",
         Placeholder("partition"),
@@ -84,6 +85,9 @@ def test_parsing_splits_literals_and_placeholders() -> None:
         ("http://h/r/{header.a.b}", delivery(headers=(("a.b", b"1"),)), "http://h/r/1"),
         # a literal part that is not legal in a URL is escaped; a written escape stays
         ("http://h/my hook/{key}%2F", delivery(), "http://h/my%20hook/order-7%2F"),
+        # the origin stays as written (an IDN host is the transport's to encode)
+        ("http://bücher.example:81?k={key}", delivery(), "http://bücher.example:81?k=order-7"),
+        ("http://[::1]:8080/o/{offset}", delivery(), "http://[::1]:8080/o/42"),
     ],
 )
 def test_filling_percent_encodes_every_value(url: str, record: Delivery, expected: str) -> None:
@@ -103,6 +107,8 @@ def test_filling_percent_encodes_every_value(url: str, record: Delivery, expecte
         ("http://h/o/{key}}", "unbalanced '}' at character 17"),
         ("http://{topic}.example/o", "only in the path or the query"),
         ("http://h:{partition}/o", "only in the path or the query"),
+        ("http://h{key}", "only in the path or the query"),
+        ("{topic}://h/o", "only in the path or the query"),
     ],
 )
 def test_a_bad_template_is_refused_saying_why(url: str, says: str) -> None:

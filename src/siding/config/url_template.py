@@ -30,18 +30,24 @@ class Placeholder:
 
 @dataclass(frozen=True, slots=True)
 class UrlTemplate:
-    """A URL as literal text and placeholders, in order."""
+    """A URL as its origin (``scheme://host:port``, as written) and the rest of it: literal text
+    and placeholders, in order. A static URL is all origin."""
 
-    parts: tuple[str | Placeholder, ...]
+    origin: str
+    parts: tuple[str | Placeholder, ...] = ()
 
     @property
     def is_static(self) -> bool:
         """Whether the URL has no placeholder (every delivery goes to the same URL)."""
-        return all(isinstance(part, str) for part in self.parts)
+        return not self.parts
 
     def fill(self, delivery: Delivery) -> str:
         """The URL for ``delivery``, every value percent-encoded (a ``/`` in a key stays inside
         its path segment)."""
+        return self.origin + self.fill_target(delivery)
+
+    def fill_target(self, delivery: Delivery) -> str:
+        """The path and query for ``delivery``, percent-encoded (what follows the origin)."""
         return "".join(
             part if isinstance(part, str) else _value(part, delivery) for part in self.parts
         )
@@ -50,9 +56,12 @@ class UrlTemplate:
 def parse_url_template(url: str) -> UrlTemplate:
     """The template in ``url``. Placeholders may only stand in the path or the query: the host
     and port are the endpoint's, one connection pool and breaker each."""
+    if "{" not in url and "}" not in url:
+        return UrlTemplate(url)
+    origin = _origin(url)
     parts: list[str | Placeholder] = []
-    literal_start = 0
-    pos = 0
+    literal_start = len(origin)
+    pos = literal_start
     while pos < len(url):
         char = url[pos]
         if char == "}":
@@ -64,25 +73,26 @@ def parse_url_template(url: str) -> UrlTemplate:
         inner = url[pos + 1 : end] if end != -1 else url[pos + 1 :]
         if end == -1 or "{" in inner:
             raise ValueError(f"{url!r}: unbalanced '{{' at character {pos + 1}")
-        if not parts and not _in_path_or_query(url[:pos]):
-            raise ValueError(
-                f"{url!r}: a placeholder may stand only in the path or the query, not in the"
-                " scheme, host or port"
-            )
         if pos > literal_start:
             parts.append(_literal(url[literal_start:pos]))
         parts.append(_placeholder(url, inner))
         pos = literal_start = end + 1
     if literal_start < len(url):
-        tail = url[literal_start:]
-        parts.append(_literal(tail) if parts else tail)
-    return UrlTemplate(tuple(parts))
+        parts.append(_literal(url[literal_start:]))
+    return UrlTemplate(origin, tuple(parts))
 
 
-def _in_path_or_query(prefix: str) -> bool:
-    """Whether the end of ``prefix`` (a URL's start) is past its host and port."""
-    _, sep, rest = prefix.partition("://")
-    return bool(sep) and any(c in rest for c in "/?")
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``, which must hold no brace."""
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
+    origin = f"{scheme}{sep}{rest[:end]}"
+    if not sep or "{" in origin or "}" in origin:
+        raise ValueError(
+            f"{url!r}: a placeholder may stand only in the path or the query, not in the"
+            " scheme, host or port"
+        )
+    return origin
 
 
 def _literal(text: str) -> str:

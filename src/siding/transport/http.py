@@ -86,6 +86,7 @@ class HttpTransport:
             self._template = parse_url_template(spec.url)
         except ValueError as error:
             raise ConfigError("endpoint", str(error)) from None
+        self._base = str(self._url.with_path("").with_query(None).with_fragment(None))
         if spec.method not in _METHODS:
             raise ConfigError("method", f"{spec.method!r}: use one of {', '.join(_METHODS)}")
         if spec.secret is not None:
@@ -149,7 +150,8 @@ class HttpTransport:
     def _url_of(self, delivery: Delivery) -> URL:
         if self._template.is_static:
             return self._url
-        return URL(self._template.fill(delivery), encoded=True)  # filled values are escaped
+        # The origin as yarl made it (an IDN host in punycode), then the path and query, escaped.
+        return URL(self._base + self._template.fill_target(delivery), encoded=True)
 
     async def probe(self) -> bool:
         """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up (a template's
@@ -157,8 +159,9 @@ class HttpTransport:
         client = self._session()
         token = self._spec.bearer_token
         auth = () if token is None else (("authorization", bearer(token)),)
-        first = self._template.parts[0]
-        url = self._url if self._template.is_static else URL(str(first), encoded=True)
+        first = next(iter(self._template.parts), "")
+        prefix = first if isinstance(first, str) else ""
+        url = self._url if self._template.is_static else URL(self._base + prefix, encoded=True)
         try:
             async with client.options(
                 url,
