@@ -280,6 +280,8 @@ def test_printable_key(key: bytes | None, expected: str | None) -> None:
         pytest.param({"ca_file": "/etc/hosts", "insecure": True}, "ca_file", id="ca-and-insecure"),
         pytest.param({"url": "https://h/o/{nope}"}, "endpoint", id="template"),
         pytest.param({"method": "GET"}, "method", id="method"),
+        pytest.param({"headers": (("Host", "x"),)}, "headers.Host", id="own-header"),
+        pytest.param({"headers": (("X-A", "a\r\nb"),)}, "headers.X-A", id="header-crlf"),
     ],
 )
 def test_bad_transport_settings_are_config_errors(kwargs: dict[str, Any], key: str) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import aiohttp
 from yarl import URL
 
+from siding.config.http_request import METHODS, refusal
 from siding.config.url_template import parse_url_template
 from siding.errors import ConfigError
 from siding.model import Delivery, Outcome, OutcomeKind
@@ -38,7 +39,6 @@ DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 _REASON_EXCERPT_CHARS = 200
 _USER_AGENT = "siding"
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB; includes CR, LF, NUL
-_METHODS = ("POST", "PUT", "PATCH")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +87,14 @@ class HttpTransport:
         except ValueError as error:
             raise ConfigError("endpoint", str(error)) from None
         self._base = str(self._url.with_path("").with_query(None).with_fragment(None))
-        if spec.method not in _METHODS:
-            raise ConfigError("method", f"{spec.method!r}: use one of {', '.join(_METHODS)}")
+        if spec.method not in METHODS:
+            raise ConfigError("method", f"{spec.method!r}: use one of {', '.join(METHODS)}")
+        for name, value in spec.headers:
+            why = refusal(name) or (
+                "the value has a control character" if _CONTROL.search(value) else None
+            )
+            if why is not None:
+                raise ConfigError(f"headers.{name}", why)  # never the value
         if spec.secret is not None:
             signing.secret_key(spec.secret)  # fail now, not on the first delivery
         if spec.bearer_token is not None and not _is_token(spec.bearer_token):
