@@ -146,7 +146,7 @@ def measure(mode: str, messages: int, rate: float, lease: str, kind: str) -> dic
             if mode == "cold":
                 procs.append(start_siding_run(configs["b"], logs["b"], env=env))
             wait_until(
-                lambda: any(r.received_s > killed_at for r in read_records(record)),
+                lambda: any(r.received_s > killed_at + 1 for r in read_records(record)),
                 timeout_s=SPARK_START_S,
                 what="the new driver's first delivery",
             )
@@ -158,7 +158,10 @@ def measure(mode: str, messages: int, rate: float, lease: str, kind: str) -> dic
                 _stop(proc, signal.SIGTERM)
             sim.stop()
         deliveries = read_records(record)
-        first_new = min(r.received_s for r in deliveries if r.received_s > killed_at)
+        # The new driver sends nothing before it holds the fence; calls the dead one had sent
+        # may still reach the consumer just after the kill.
+        fenced_at = _logged_at(logs["b"], "holds its fence") or killed_at
+        first_new = min(r.received_s for r in deliveries if r.received_s > fenced_at)
         during = {
             r.delivery_id
             for r in deliveries
