@@ -20,6 +20,7 @@ from yarl import URL
 from siding.errors import ConfigError
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport import signing
+from siding.transport.compression import OFF, Compression, already_encoded, http_body
 from siding.transport.outcomes import (
     outcome_from_connection_error,
     outcome_from_http,
@@ -81,6 +82,8 @@ class WebhookSpec:
     ca_file: str | None = None
     insecure: bool = False
     client_tls: ClientTls | None = None
+    # Bodies of at least ``compression.above`` bytes go gzipped (signed before that).
+    compression: Compression = OFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,11 +231,14 @@ class HttpTransport:
             event_type=self._spec.event_type,
         )
         self.dropped_headers += request.dropped
+        sent = http_body(
+            self._spec.compression, delivery.value or b"", encoded=already_encoded(delivery.headers)
+        )
         try:
             async with client.post(
                 self._url,
-                data=delivery.value or b"",
-                headers=request.headers,
+                data=sent.data,
+                headers=request.headers + sent.headers,
                 allow_redirects=False,
                 timeout=self._timeout(deadline_s),
             ) as response:

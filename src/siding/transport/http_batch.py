@@ -23,6 +23,7 @@ from siding.transport.batch_envelope import (
     event_size,
 )
 from siding.transport.batching import BatchLimits, Expiry, Gatherer
+from siding.transport.compression import http_body
 from siding.transport.http import (
     HttpTransport,
     WebhookSpec,
@@ -156,10 +157,12 @@ class HttpBatchTransport(HttpTransport):
             headers.append(("webhook-signature", signature))
         if self._spec.bearer_token is not None:
             headers.append(("authorization", f"Bearer {self._spec.bearer_token}"))
+        sent = http_body(self._spec.compression, body)
+        headers += sent.headers
         try:
             async with client.post(
                 self._url,
-                data=body,
+                data=sent.data,
                 headers=headers,
                 allow_redirects=False,
                 timeout=self._timeout(timeout_s),
