@@ -33,6 +33,7 @@ from siding.transport.compression import (
     already_encoded,
     compresses,
     http_body,
+    refused_encoding,
 )
 from siding.transport.factory import channel_spec, webhook_spec
 from siding.transport.grpc_batch import GrpcBatchTransport
@@ -84,6 +85,13 @@ def test_other_bodies_go_as_they_are_without_the_header(
 ) -> None:
     body = http_body(choice, value, encoded=encoded)
     assert (body.data, body.headers) == (value, ())
+
+
+def test_only_a_415_to_a_gzipped_body_refuses_the_compression() -> None:
+    zipped, plain = http_body(GZIP, JSON), http_body(OFF, JSON)
+    assert refused_encoding(415, zipped)
+    assert not refused_encoding(415, plain)  # a 415 about something else: the answer stands
+    assert not refused_encoding(400, zipped)
 
 
 def test_a_record_is_already_encoded_when_its_kafka_headers_say_so() -> None:
@@ -180,8 +188,12 @@ class Webhooks:
     def __init__(self) -> None:
         self.requests: list[tuple[str | None, int]] = []
         self.bodies: list[bytes] = []
+        self.refuse_gzip = False
 
     async def hook(self, request: web.Request) -> web.Response:
+        if self.refuse_gzip and "content-encoding" in request.headers:
+            self.requests.append((request.headers["content-encoding"], -415))
+            return web.Response(status=415, text="no content-encoding here")
         body = await request.read()
         verify_webhook(SECRET, dict(request.headers), body)
         self.requests.append((request.headers.get("content-encoding"), request.content_length or 0))
@@ -234,3 +246,29 @@ async def test_a_batch_of_webhooks_goes_gzipped_as_one_body(
     assert {o.kind for o in outcomes} == {OutcomeKind.ACK}
     assert consumer.requests and all(enc == "gzip" for enc, _ in consumer.requests)
     assert sum(wire for _, wire in consumer.requests) < sum(map(len, consumer.bodies)) / 4
+
+
+async def test_a_consumer_that_refuses_gzip_gets_the_same_deliveries_uncompressed(
+    webhooks: tuple[str, Webhooks], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, consumer = webhooks
+    consumer.refuse_gzip = True
+    single = HttpTransport(WebhookSpec(url, secret=SECRET, compression=GZIP))
+    limits = BatchLimits(8, 0.005, 4 * 1024 * 1024)
+    batched = HttpBatchTransport(WebhookSpec(url, secret=SECRET, compression=GZIP), limits=limits)
+    try:
+        first = [await single.send(d, 5) for d in deliveries(2)]
+        batch = await asyncio.gather(*(batched.send(d, 5) for d in deliveries(4)))
+    finally:
+        await single.close()
+        await batched.close()
+    # Then every delivery was acked (none dead-lettered for the consumer's encoding), each
+    # transport met one refusal, said so once, and sent uncompressed from then on
+    assert {o.kind for o in (*first, *batch)} == {OutcomeKind.ACK}
+    refusals = [r for r in consumer.requests if r[1] == -415]
+    assert len(refusals) == 2
+    assert consumer.requests[0][1] == -415 and consumer.requests[1][0] is None
+    assert consumer.requests[2][0] is None  # the second single send: no gzip tried again
+    assert consumer.bodies.count(JSON) == 2
+    assert single.compression == batched.compression == OFF
+    assert len([r for r in caplog.records if "answered 415 to a gzipped body" in r.message]) == 2

@@ -59,6 +59,12 @@ def http_body(choice: Compression, body: bytes, *, encoded: bool = False) -> Htt
     return HttpBody(gzip_bytes(body), ((CONTENT_ENCODING, "gzip"),))
 
 
+def refused_encoding(status: int, sent: HttpBody) -> bool:
+    """Whether an answer ``status`` to ``sent`` refuses its compression (415 to a gzipped
+    body, RFC 7694): the body goes again uncompressed, and so does everything after it."""
+    return status == 415 and bool(sent.headers)
+
+
 def gzip_bytes(body: bytes) -> bytes:
     # mtime=0: the same body gives the same bytes (no clock in the output).
     return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)

@@ -217,7 +217,13 @@ public final class WebhookServer implements AutoCloseable {
     if (body == null) {
       return plain(413, "request body over " + maxBodyBytes + " bytes");
     }
-    Map<String, List<String>> headers = exchange.getRequestHeaders();
+    com.sun.net.httpserver.Headers headers = exchange.getRequestHeaders();
+    try {
+      body = BodyEncoding.decode(headers.getFirst("content-encoding"), body, maxBodyBytes);
+    } catch (BodyEncoding.BodyEncodingException e) {
+      return plain(e.status(), e.getMessage());
+    }
+    headers.remove("content-encoding"); // the handler sees the decoded body
     if (verifier != null) {
       try {
         verifier.verify(headers, body);
