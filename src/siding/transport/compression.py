@@ -51,10 +51,13 @@ class HttpBody:
     headers: tuple[tuple[str, str], ...]
 
 
-def http_body(choice: Compression, body: bytes, *, encoded: bool = False) -> HttpBody:
+def http_body(
+    choice: Compression, body: bytes, kafka_headers: Sequence[tuple[str, bytes]] = ()
+) -> HttpBody:
     """The request body for ``body`` under ``choice``: gzip with ``content-encoding: gzip`` when
-    it is large enough and not ``encoded`` already; otherwise as it is."""
-    if encoded or not compresses(choice, len(body)):
+    it is large enough and its record's ``kafka_headers`` do not say it is encoded already;
+    otherwise as it is (the default path: no copy, no header)."""
+    if not compresses(choice, len(body)) or already_encoded(kafka_headers):
         return HttpBody(body, ())
     return HttpBody(gzip_bytes(body), ((CONTENT_ENCODING, "gzip"),))
 

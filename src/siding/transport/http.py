@@ -24,7 +24,6 @@ from siding.transport import signing
 from siding.transport.compression import (
     OFF,
     Compression,
-    already_encoded,
     http_body,
     refused_encoding,
 )
@@ -266,7 +265,7 @@ class HttpTransport:
             event_type=self._spec.event_type,
         )
         self.dropped_headers += request.dropped
-        sent = http_body(choice, delivery.value or b"", encoded=already_encoded(delivery.headers))
+        sent = http_body(choice, delivery.value or b"", delivery.headers)
         try:
             async with client.post(
                 self._url,
