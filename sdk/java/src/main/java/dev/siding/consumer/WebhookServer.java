@@ -218,12 +218,18 @@ public final class WebhookServer implements AutoCloseable {
       return plain(413, "request body over " + maxBodyBytes + " bytes");
     }
     com.sun.net.httpserver.Headers headers = exchange.getRequestHeaders();
+    String encoding = headers.getFirst("content-encoding");
     try {
-      body = BodyEncoding.decode(headers.getFirst("content-encoding"), body, maxBodyBytes);
+      body = BodyEncoding.decode(encoding, body, maxBodyBytes);
     } catch (BodyEncoding.BodyEncodingException e) {
       return plain(e.status(), e.getMessage());
     }
-    headers.remove("content-encoding"); // the handler sees the decoded body
+    if (encoding != null) { // the handler sees the decoded body (the request's headers are read-only)
+      com.sun.net.httpserver.Headers decoded = new com.sun.net.httpserver.Headers();
+      decoded.putAll(headers);
+      decoded.remove("content-encoding");
+      headers = decoded;
+    }
     if (verifier != null) {
       try {
         verifier.verify(headers, body);
