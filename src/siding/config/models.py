@@ -273,7 +273,7 @@ class RouteConfig(BaseModel):
     park: ParkConfig = ParkConfig()
     batch: BatchConfig | None = None
     # gzip on the wire: HTTP bodies and gRPC unary calls of at least compress_above bytes, every
-    # message of a gRPC stream (docs/configuration.md, "Compression").
+    # message of a gRPC stream (docs/configuration.md, "Compression on the wire").
     compression: Literal["none", "gzip"] = "none"
     compress_above: Count = Field(default=1024, ge=0)
     # Consumer instances that join at runtime (docs/registration.md).
