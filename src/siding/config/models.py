@@ -272,6 +272,10 @@ class RouteConfig(BaseModel):
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
     batch: BatchConfig | None = None
+    # gzip on the wire: HTTP bodies and gRPC unary calls of at least compress_above bytes, every
+    # message of a gRPC stream (docs/configuration.md, "Compression on the wire").
+    compression: Literal["none", "gzip"] = "none"
+    compress_above: Count = Field(default=1024, ge=0)
     # Consumer instances that join at runtime (docs/registration.md).
     registration_token: SecretStr | None = None
     lease: PositiveDuration = DEFAULT_LEASE_S
@@ -414,6 +418,8 @@ class RouteConfig(BaseModel):
             raise Problem(("outputs",), f"{self.dlq!r} is the route's DLQ")
         if self.adaptive.min_in_flight > self.max_in_flight:
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
+        if "compress_above" in self.model_fields_set and self.compression == "none":
+            raise Problem(("compress_above",), "only applies with compression = 'gzip'")
         if not self.endpoint:
             return self  # every endpoint joins at runtime: each is checked when it joins
         first = self.endpoint[0]
