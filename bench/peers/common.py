@@ -74,6 +74,11 @@ class PeerProcess:
         self.stop()
 
     @property
+    def pid(self) -> int | None:
+        """The program's process id while it runs (for its CPU), else None."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def stdout(self) -> str:
         return (self._dir / "out").read_text(errors="replace")
 

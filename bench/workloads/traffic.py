@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from bench.peers import benthos
 from bench.peers import parallel_consumer as pc
+from bench.peers import share_group
 from bench.peers.common import PeerProcess
 from bench.workloads.context import BenchContext, Transport
 from siding.devkit.harness import PipelineRun
@@ -315,3 +316,29 @@ class ParallelConsumerRetry:
         )
         with proc:
             yield _PeerRunning(proc, exits=True)
+
+
+@dataclass(frozen=True)
+class ShareGroup:
+    """Kafka's share groups: ``tuning.consumers`` ``KafkaShareConsumer``s in one new share group,
+    each pushing its polls over HTTP and acknowledging every record (ACCEPT / RELEASE)."""
+
+    classpath: str
+    tuning: share_group.Tuning
+    name: str = "share_group"
+    transport: Transport = "http"
+
+    @contextlib.contextmanager
+    def start(
+        self,
+        ctx: BenchContext,
+        topic: str,
+        sim: SimConsumerProcess,
+        total: int,  # noqa: ARG002 (the share group runs until stopped)
+    ) -> Iterator[Running]:
+        group = f"share-{topic}"
+        proc = share_group.process(
+            self.classpath, ctx.bootstrap, topic, group, sim.url, ctx.workdir, self.tuning
+        )
+        with proc:
+            yield _PeerRunning(proc, exits=False)
