@@ -1,6 +1,7 @@
 """Kafka's own share groups (KIP-932, GA in Kafka 4.2) as a peer: the Java program in
-``share-group/`` (the broker's own kafka-clients, 4.3.1), built once with ``mvn -q package`` into
-its ignored ``target/`` (rebuilt when its pom or source changes), run against the benchmark's broker.
+``share-group/`` (the broker's own kafka-clients, 4.3.1), built once with ``mvn -q package``
+into its ignored ``target/`` (rebuilt when its pom or source changes), run against the
+benchmark's broker.
 
 ``ShareMain`` starts ``consumers`` threads, each a ``KafkaShareConsumer`` in one share group that
 polls at most ``max_poll_records`` records (``share.acquire.mode=record_limit``), POSTs them all at
@@ -75,7 +76,7 @@ def build() -> str:
 
 
 def command(
-    classpath: str, bootstrap: str, topic: str, group: str, url: str, tuning: Tuning
+    classpath: str, bootstrap: str, *, topic: str, group: str, url: str, tuning: Tuning
 ) -> list[str]:
     return [
         require_java(), "-cp", classpath, MAIN_CLASS, bootstrap, topic, group, url,
@@ -86,6 +87,7 @@ def command(
 def process(
     classpath: str,
     bootstrap: str,
+    *,
     topic: str,
     group: str,
     url: str,
@@ -93,6 +95,5 @@ def process(
     tuning: Tuning,
 ) -> PeerProcess:
     """The peer as a ``PeerProcess`` (enter it to start); it runs until stopped."""
-    return PeerProcess(
-        command(classpath, bootstrap, topic, group, url, tuning), "share-group", workdir
-    )
+    argv = command(classpath, bootstrap, topic=topic, group=group, url=url, tuning=tuning)
+    return PeerProcess(argv, "share-group", workdir)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench.peers import benthos
+from bench.peers import benthos, share_group
 from bench.peers import parallel_consumer as pc
-from bench.peers import share_group
 from bench.workloads import hol
 from bench.workloads.context import BenchContext, scaled
 from bench.workloads.traffic import Benthos, ParallelConsumerVertx, ShareGroup, System

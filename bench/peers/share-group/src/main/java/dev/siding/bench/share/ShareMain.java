@@ -11,17 +11,20 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ShareGroupDescription;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -36,8 +39,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * travel with the next poll. Before any consumer joins, the group's {@code
  * share.auto.offset.reset} is set to {@code earliest} so records already in the topic are read.
  *
- * <p>Runs until stopped. Prints one JSON line once its consumers are started, and one with its
- * counts when the JVM stops (SIGTERM).
+ * <p>Runs until stopped. Prints one JSON line once every consumer has an assignment (a partition of
+ * TOPIC to fetch from), and one with its counts when the JVM stops (SIGTERM).
  *
  * <p>Usage: ShareMain BOOTSTRAP TOPIC GROUP URL CONSUMERS MAX_POLL_RECORDS
  */
@@ -51,7 +54,16 @@ public final class ShareMain {
 
   private ShareMain() {}
 
-  public static void main(String[] args) throws Exception {
+  public static void main(String[] args) {
+    try {
+      run(args);
+    } catch (Exception exc) {
+      exc.printStackTrace();
+      fail(exc.toString());
+    }
+  }
+
+  private static void run(String[] args) throws Exception {
     if (args.length != 6) {
       fail("usage: ShareMain BOOTSTRAP TOPIC GROUP URL CONSUMERS MAX_POLL_RECORDS");
     }
@@ -64,7 +76,8 @@ public final class ShareMain {
     if (consumers < 1 || maxPollRecords < 1) {
       fail("CONSUMERS and MAX_POLL_RECORDS must be at least 1");
     }
-    readFromEarliest(bootstrap, group);
+    Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap));
+    readFromEarliest(admin, group);
 
     HttpClient http =
         HttpClient.newBuilder()
@@ -98,8 +111,10 @@ public final class ShareMain {
       thread.start();
       threads.add(thread);
     }
+    awaitAssigned(admin, group, consumers);
+    admin.close();
     System.out.printf(
-        "{\"started\": true, \"consumers\": %d, \"max_poll_records\": %d}%n",
+        "{\"ready\": true, \"consumers\": %d, \"max_poll_records\": %d}%n",
         consumers, maxPollRecords);
     System.out.flush();
     for (Thread thread : threads) {
@@ -156,13 +171,43 @@ public final class ShareMain {
   }
 
   /** A new share group starts at the latest offset; the benchmark's records are already there. */
-  private static void readFromEarliest(String bootstrap, String group) throws Exception {
-    try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
-      ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
-      AlterConfigOp earliest =
-          new AlterConfigOp(
-              new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET);
-      admin.incrementalAlterConfigs(Map.of(resource, List.of(earliest))).all().get();
+  private static void readFromEarliest(Admin admin, String group) throws Exception {
+    ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+    AlterConfigOp earliest =
+        new AlterConfigOp(
+            new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET);
+    admin.incrementalAlterConfigs(Map.of(resource, List.of(earliest))).all().get();
+  }
+
+  /** Until the group has all its members, each with the group's latest assignment. */
+  private static void awaitAssigned(Admin admin, String group, int consumers) throws Exception {
+    int polls = 0;
+    while (true) {
+      ShareGroupDescription described;
+      try {
+        described = admin.describeShareGroups(List.of(group)).describedGroups().get(group).get();
+      } catch (ExecutionException exc) {
+        if (!(exc.getCause() instanceof GroupIdNotFoundException)) {
+          throw exc;
+        }
+        Thread.sleep(100); // no consumer has joined yet
+        continue;
+      }
+      int epoch = described.targetAssignmentEpoch();
+      long assigned =
+          described.members().stream()
+              .filter(m -> m.memberEpoch() == epoch)
+              .filter(m -> !m.assignment().topicPartitions().isEmpty())
+              .count();
+      if (described.members().size() == consumers && assigned == consumers) {
+        return;
+      }
+      if (++polls % 50 == 0) {
+        System.err.printf(
+            "waiting for the group: %d of %d members, %d with the assignment of epoch %d (%s)%n",
+            described.members().size(), consumers, assigned, epoch, described.members().stream().map(m -> m.memberEpoch() + ":" + m.assignment().topicPartitions()).toList());
+      }
+      Thread.sleep(100);
     }
   }
 
