@@ -41,7 +41,7 @@ def test_an_empty_drain_has_no_rate_and_no_cost() -> None:
 def test_share_tuning_for_slow_messages_is_one_record_a_poll_by_littles_law() -> None:
     tuning = share_group.for_slow_messages(200.0, 0.209, headroom=2.0)
     assert (tuning.consumers, tuning.max_poll_records) == (84, 1)
-    assert hol_peers.SHARE_HOL == tuning  # the HOL workload's: 0.9 x 10 ms + 0.1 x 2 s
+    assert tuning == hol_peers.SHARE_HOL  # the HOL workload's: 0.9 x 10 ms + 0.1 x 2 s
     with pytest.raises(ValueError, match="headroom"):
         share_group.for_slow_messages(200.0, 0.2, headroom=0.5)
 
