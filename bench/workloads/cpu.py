@@ -67,10 +67,10 @@ def tree_ticks(stats: Mapping[int, ProcStat], root: int, exclude: Collection[int
     return sum(s.ticks for s in tree(stats, root, exclude))
 
 
-def kind_of(stat: ProcStat, root: int) -> str:
-    """Which part of siding a process is, for the cost breakdown."""
+def kind_of(stat: ProcStat, root: int, root_kind: str = "driver (Python)") -> str:
+    """Which part of siding a process is, for the cost breakdown (``root_kind``: the root's)."""
     if stat.pid == root:
-        return "driver (Python)"
+        return root_kind
     if stat.name == "java":
         return "Spark JVM"
     if stat.name.startswith("python"):
@@ -94,10 +94,10 @@ class Usage:
             self.last[key] = p
         self.started = True
 
-    def ticks_by_kind(self, root: int) -> dict[str, int]:
+    def ticks_by_kind(self, root: int, root_kind: str = "driver (Python)") -> dict[str, int]:
         used: Counter[str] = Counter()
         for key, p in self.last.items():
-            used[kind_of(p, root)] += p.own - self.first[key]
+            used[kind_of(p, root, root_kind)] += p.own - self.first[key]
         return dict(used)
 
 
@@ -107,8 +107,15 @@ class CpuMeter:
     seconds so far (a split inside the window). ``overhead_s`` is the CPU the sampling itself
     took in this process: part of the tree when ``root`` is this process."""
 
-    def __init__(self, root: int, exclude: Collection[int], interval_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        root: int,
+        exclude: Collection[int],
+        interval_s: float = 0.2,
+        root_kind: str = "driver (Python)",
+    ) -> None:
         self._root, self._exclude, self._interval_s = root, set(exclude), interval_s
+        self._root_kind = root_kind
         self._usage = Usage()
         self._lock = threading.Lock()
         self._overhead_s = 0.0
@@ -160,7 +167,7 @@ class CpuMeter:
     @property
     def by_kind(self) -> dict[str, float]:
         with self._lock:
-            ticks = self._usage.ticks_by_kind(self._root)
+            ticks = self._usage.ticks_by_kind(self._root, self._root_kind)
         return {k: t / TICKS_PER_S for k, t in ticks.items()}
 
     @property

@@ -85,16 +85,17 @@ def measure(
             meter = CpuMeter(os.getpid(), exclude).start()
         with system.start(ctx, topic, sim, count) as running:
             if meter is None:  # a peer's process was just born: it has used next to nothing
-                meter = CpuMeter(running.process_root(), exclude).start()
+                meter = CpuMeter(running.process_root(), exclude, root_kind=system.name).start()
             if not _wait_ids(tail, lambda n: n > 0, START_TIMEOUT_S, running.check):
                 raise WaitTimeout(f"{system.name} delivered nothing in {START_TIMEOUT_S:g}s")
             at_first = meter.now()
             complete = _wait_ids(tail, lambda n: n >= count, done_timeout_s(count), running.check)
             meter.stop()
             wait_quiet(tail, QUIET_S, timeout_s=60.0)
-    total = meter.seconds
+    by_kind = meter.by_kind
     if isinstance(system, Siding):  # the sampling ran in siding's driver: not siding's CPU
-        total -= meter.overhead_s
+        by_kind["driver (Python)"] -= meter.overhead_s
+    total = sum(by_kind.values())
     records = [r for r in read_records(record) if r.delivery_id.startswith(f"{topic}/")]
     got = drain(records, planned_delay(BEHAVIOUR), started_wall, total - at_first, total)
     return {
@@ -107,7 +108,9 @@ def measure(
         "cpu_s": round(got.cpu_s, 2),
         "cpu_s_per_1000": got.cpu_s_per_1000,
         "cpu_s_per_1000_with_start": got.cpu_s_per_1000_with_start,
-        "cpu_s_by_process": {k: round(v, 2) for k, v in sorted(meter.by_kind.items())},
+        "cpu_s_by_process_with_start": {
+            k: round(v, 2) for k, v in sorted(by_kind.items()) if round(v, 2)
+        },
         "delivered_more_than_once": redeliveries(records).messages,
     }
 

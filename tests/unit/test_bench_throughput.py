@@ -11,6 +11,7 @@ from bench.peers import share_group
 from bench.peers.common import json_lines
 from bench.report import build_report, markdown
 from bench.workloads import hol_peers, throughput
+from bench.workloads.cpu import ProcStat, Usage
 from bench.workloads.measure import drain, per_1000
 from siding.devkit.sim_consumer import Received
 
@@ -117,3 +118,11 @@ def test_the_report_shows_each_system_and_partition_count() -> None:
     assert "| siding, HTTP webhooks, defaults | 8 | 8.600 (19000 delivered) |" in text
     assert "not run: PeerUnavailable: mvn package failed" in text
     assert "| 1 | error: WaitTimeout: nothing |" in text
+
+
+def test_a_peer_s_cpu_is_labelled_with_its_name_not_as_siding_s_driver() -> None:
+    usage = Usage()
+    usage.sample([ProcStat(10, 1, 0, own=5, start=1, name="java")])
+    usage.sample([ProcStat(10, 1, 0, own=25, start=1, name="java")])
+    assert usage.ticks_by_kind(10, root_kind="share_group") == {"share_group": 20}
+    assert usage.ticks_by_kind(10) == {"driver (Python)": 20}
