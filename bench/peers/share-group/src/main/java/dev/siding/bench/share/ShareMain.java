@@ -90,6 +90,10 @@ public final class ShareMain {
     props.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, "explicit");
     props.put(ConsumerConfig.SHARE_ACQUIRE_MODE_CONFIG, "record_limit");
     props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(maxPollRecords));
+    String fetchWait = System.getenv("SIDING_BENCH_SHARE_FETCH_MAX_WAIT_MS");
+    if (fetchWait != null && !fetchWait.isEmpty()) {
+      props.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, fetchWait);
+    }
     props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
     props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
 
