@@ -35,10 +35,14 @@ class DlqPageConfig(BaseModel):
     @classmethod
     def _url(cls, value: str) -> str:
         if "@" in urlsplit(value.strip()).netloc:  # only the rule is echoed, not the URL
-            raise ValueError("credentials in the URL are not allowed; the page is signed with secret")
+            raise ValueError(
+                "credentials in the URL are not allowed; the page is signed with secret"
+            )
         parsed = parse_endpoint_url(value)
         if parsed.scheme not in ("http", "https"):
-            raise ValueError(f"{parsed.scheme}://...: a page is an HTTP POST; use http:// or https://")
+            raise ValueError(
+                f"{parsed.scheme}://...: a page is an HTTP POST; use http:// or https://"
+            )
         return parsed.url
 
     @field_validator("secret")
