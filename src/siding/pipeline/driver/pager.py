@@ -53,6 +53,7 @@ def post_page(url: str, body: bytes, headers: Mapping[str, str], timeout_s: floa
         with _OPENER.open(request, timeout=timeout_s) as answer:
             status = int(answer.status)
     except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the answer's connection
         raise PageNotSent(f"HTTP {exc.code}") from None
     except urllib.error.URLError as exc:
         raise PageNotSent(one_line(str(exc.reason))) from None
