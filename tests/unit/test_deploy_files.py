@@ -167,7 +167,7 @@ tests:
           - exp_labels: {severity: ticket, route: a}
             exp_annotations:
               summary: "siding route a dead-lettered a record in the last 15 minutes"
-              description: "`siding dlq list --route a --since 15m` shows it and why; `siding dlq merge` replays it once fixed."
+              description: "`siding dlq list --route a --since 15m` shows why."
       - eval_time: 6m
         alertname: SidingDeadLetters
         exp_alerts: []

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +214,14 @@ def test_the_secret_is_never_shown() -> None:
     assert "very-secret-value" not in shown
     assert "very-secret-value" not in repr(config_)
     assert '"every": "1m"' in shown
+
+
+def test_the_secret_may_come_from_a_file_but_not_from_both(tmp_path: Path) -> None:
+    (tmp_path / "page.whsec").write_text(SECRET + "\n")
+    table = 'url = "http://n/p"\nsecret_file = "page.whsec"'
+    page = parse_config(BASE + table, base_dir=tmp_path).route[0].dlq_page
+    assert page is not None and page.secret.get_secret_value() == SECRET
+    with pytest.raises(ConfigError, match=r"dlq_page\.secret_file: give either secret or"):
+        parse_config(BASE + table + '\nsecret = "s"', base_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"dlq_page\.secret_file: cannot read"):
+        parse_config(BASE + 'url = "http://n/p"\nsecret_file = "nope"', base_dir=tmp_path)

@@ -27,6 +27,7 @@ class DlqPageConfig(BaseModel):
 
     url: str
     secret: SecretStr
+    secret_file: str | None = None  # the loader has read it into ``secret``
     every: PositiveDuration = DEFAULT_EVERY_S
     max_letters: Count = Field(default=DEFAULT_MAX_LETTERS, ge=1, le=MAX_LETTERS)
     timeout: PositiveDuration = DEFAULT_TIMEOUT_S
