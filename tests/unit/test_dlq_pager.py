@@ -17,6 +17,7 @@ import pytest
 from siding.config import parse_config
 from siding.config.paging import DlqPageConfig
 from siding.control.prometheus import metrics_registry, render
+from siding.control.status import status_document
 from siding.devkit.broker import free_port
 from siding.errors import ConfigError
 from siding.pipeline.driver.metrics import MetricsSink
@@ -161,6 +162,7 @@ def test_a_pager_with_nothing_waiting_stops_at_once(notifier: Notifier) -> None:
 
 def test_page_counts_reach_metrics() -> None:
     metrics = MetricsSink()
+    metrics.declare("billing", 1)
     metrics.sink.on_page("billing", True, 5)
     metrics.sink.on_page("billing", False, 2)
     metrics.sink.on_page("billing", False, 1)
@@ -169,6 +171,8 @@ def test_page_counts_reach_metrics() -> None:
     assert 'siding_dlq_pages_dropped_total{route="billing"} 2.0' in text
     assert 'siding_dlq_page_letters_total{result="dropped",route="billing"} 3.0' in text
     assert 'siding_dlq_page_letters_total{result="sent",route="billing"} 5.0' in text
+    status = status_document(metrics.snapshot(), [])
+    assert [r.get("dlq_pages") for r in status["routes"]] == [{"sent": 1, "dropped": 2}]
 
 
 BASE = """
