@@ -28,7 +28,7 @@ from siding.control.runner import SidingRun
 from siding.devkit.broker import EmbeddedKafka, free_port
 from siding.devkit.sim_produce import new_producer
 from siding.devkit.wait import wait_until
-from siding.kafka.admin import committed_offsets
+from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensure_topics
 from siding.kafka.reader import read_records
 from siding.routing import story
 from siding_consumer import ConsumerServer, Delivery, Reply, ack, dead, verify_webhook
@@ -124,13 +124,16 @@ class Running(SidingRun):
 
 def _produce(bootstrap: str, topic: str, first: int, pills: int) -> list[int]:
     """``GOOD`` orders and ``pills`` pills among them (from seq ``first``); the pills' offsets."""
-    producer = new_producer(bootstrap)
+    producer, failed = new_producer(bootstrap), []
     values = [b"order %d" % n for n in range(GOOD)]
     for n in range(pills):
         values.insert(2 + n * 3, b"pill %d" % (first + n))
     for value in values:
-        producer.produce(topic, value=value, partition=0)
+        producer.produce(
+            topic, value=value, partition=0, on_delivery=lambda e, _m: failed.append(e) if e else 0
+        )
     assert producer.flush(30) == 0
+    assert failed == []
     return [first + i for i, v in enumerate(values) if v.startswith(b"pill")]
 
 
@@ -148,6 +151,8 @@ def test_dead_letters_are_paged_once_written_and_a_notifier_that_is_down_holds_u
 ) -> None:
     source, port = topic_name("orders"), free_port()
     route = source[-80:]
+    client = {"bootstrap.servers": kafka.bootstrap}
+    ensure_topics(admin_client(client), [TopicSpec(source)])
     first_pills = _produce(kafka.bootstrap, source, 0, 2)
     config = parse_config(f"""
 [kafka]
@@ -171,7 +176,6 @@ every = "1s"
 max_letters = 10
 timeout = "60s"
 """)
-    client = {"bootstrap.servers": kafka.bootstrap}
     siding = Running(config, spark=spark)
     siding.start()
     threading.Thread(target=siding.run_here, daemon=True).start()
