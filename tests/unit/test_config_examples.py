@@ -110,6 +110,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     (secrets / "siding.crt").write_text(PEM_CERT)
     (secrets / "siding.key").write_text(PEM_KEY)
     (secrets / "audit.whsec").write_text("whsec_YXVkaXQtc2VjcmV0\n")
+    (secrets / "audit-page.whsec").write_text("audit-page-secret\n")
     env = {
         "RECEIPTS_TOKEN": "receipts-token",
         "RECEIPTS_WEBHOOK_SECRET": "whsec_cmVjZWlwdHM=",
@@ -117,6 +118,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "RECEIPTS_CERT_PEM": PEM_CERT,
         "RECEIPTS_KEY_PEM": PEM_KEY,
         "ORDERS_JOIN_TOKEN": "orders-join-token",
+        "BILLING_PAGE_SECRET": "whsec_YmlsbGluZy1wYWdl",
     }
     # When it is loaded
     config = load_config(tmp_path / "siding.toml", env=env)
@@ -138,6 +140,9 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     assert billing.ordering is Ordering.KEY
     assert billing.lanes_as_model() == (Lane(10.0, 30.0, 1), Lane(300.0, 120.0, 2))
     assert naming.route_dlq(billing) == "trips.billing.dlq"
+    assert billing.dlq_page is not None and billing.dlq_page.every == 60.0
+    audit_page = config.route_named("audit").dlq_page
+    assert audit_page is not None and audit_page.secret.get_secret_value() == "audit-page-secret"
     assert naming.route_dlq(config.route_named("audit")) == "siding.audit.dlq"
     assert config.kafka.client_config()["bootstrap.servers"] == "127.0.0.1:9092"
     assert config.kafka.notes == ()  # every [kafka] setting reaches the clients it is for
