@@ -1,6 +1,7 @@
 """Failover (issue 28): what a SIGKILL of the driver costs, with a standby and with a cold start.
 
     python -m bench.failover [--messages 3000] [--rate 200] [--lease 10s] [--only standby|cold]
+                             [--checkpoint s3|local]
 
 Messages are produced at ``--rate`` to one partition for a gRPC consumer answering in 10-50 ms.
 Driver A (``siding run``, a real process, the fence on) delivers them; at a third its whole
@@ -14,8 +15,9 @@ process group is SIGKILLed. Then, per mode:
 Reported per mode: seconds from the kill to the new driver's first delivery, split where the
 logs say (the fence taken; the new driver's Spark up, cold only), p99 latency (produce to first
 receipt) of the messages produced between the kill and that first delivery, lost (must be 0)
-and delivered twice. The checkpoint is a local folder both processes share (an object store's
-S3 server comes later). Writes ``bench/results/failover.json``.
+and delivered twice. The checkpoint is on a real S3 server (S3Proxy on loopback, ``s3a://``; the
+credentials in the environment, as a deployment has them), or with ``--checkpoint local`` a local
+folder both processes share. Writes ``bench/results/failover.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun, config_text
 from siding.devkit.process import start_siding_run
+from siding.devkit.s3_server import S3Server
 from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings, read_records
 from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.wait import wait_until
@@ -67,19 +71,37 @@ def _logged_at(log: Path, text: str) -> float | None:
     return None
 
 
-def _config(work: Path, bootstrap: str, endpoint: str, checkpoint: Path, lease: str) -> Path:
+def _config(
+    work: Path, bootstrap: str, endpoint: str, checkpoint: str, lease: str, *, conf: dict[str, str]
+) -> Path:
     route = {"name": "failover", "topic": "failover-bench", "group": "failover-group"}
     text = config_text(bootstrap, {**route, "endpoint": endpoint}, checkpoint_dir=checkpoint)
     fence = f'[fence]\nenabled = true\nlease = "{lease}"\n'
-    text = text.replace("[spark]\n", f'[spark]\nconf = {{"spark.local.dir" = "{work}"}}\n')
+    pairs = ", ".join(f'"{k}" = "{v}"' for k, v in {"spark.local.dir": str(work), **conf}.items())
+    text = text.replace("[spark]\n", f"[spark]\nconf = {{{pairs}}}\n")
     path = work / "siding.toml"
     path.write_text(text.replace("[[route]]", fence + "[[route]]"))
     return path
 
 
-def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as scratch, EmbeddedKafka() as broker:
-        root = Path(scratch)
+@contextlib.contextmanager
+def _checkpoint(kind: str, root: Path) -> Iterator[tuple[str, dict[str, str], dict[str, str]]]:
+    """Where the checkpoint is, the ``[spark.conf]`` that reaches it, and the environment the
+    runs need (an S3 server's credentials)."""
+    if kind == "local":
+        yield str(root / "ckpt"), {}, {}
+        return
+    with S3Server(folder=root / "s3") as s3:
+        conf = {k: v for k, v in s3.hadoop_conf().items() if not k.endswith(".key")}
+        env = {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+        yield "s3a://siding/checkpoints", conf, env
+
+
+def measure(mode: str, messages: int, rate: float, lease: str, kind: str) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        broker = stack.enter_context(EmbeddedKafka())
+        checkpoint, conf, env = stack.enter_context(_checkpoint(kind, root))
         nodes = {name: root / name for name in ("a", "b")}
         for folder in nodes.values():
             folder.mkdir()
@@ -87,9 +109,10 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
         sim = SimConsumerProcess(
             SimSettings(behaviour=Behaviour(latency_s=LATENCY_S), record=str(record))
         ).start()
-        endpoint, checkpoint = f"grpc://{sim.target}", root / "ckpt"
+        endpoint = f"grpc://{sim.target}"
         configs = {
-            n: _config(f, broker.bootstrap, endpoint, checkpoint, lease) for n, f in nodes.items()
+            n: _config(f, broker.bootstrap, endpoint, checkpoint, lease, conf=conf)
+            for n, f in nodes.items()
         }
         logs = {n: f / "siding.log" for n, f in nodes.items()}
         watcher = PipelineRun(parse_config(configs["a"].read_text()))
@@ -107,10 +130,10 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
 
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            procs.append(start_siding_run(configs["a"], logs["a"]))
+            procs.append(start_siding_run(configs["a"], logs["a"], env=env))
             wait_until(lambda: received() >= 1, timeout_s=SPARK_START_S, what="A delivers")
             if mode == "standby":
-                procs.append(start_siding_run(configs["b"], logs["b"], "--standby"))
+                procs.append(start_siding_run(configs["b"], logs["b"], "--standby", env=env))
                 wait_until(
                     lambda: _logged_at(logs["b"], "waiting for the routes' fences"),
                     timeout_s=SPARK_START_S,
@@ -121,9 +144,9 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
             _stop(procs[0], signal.SIGKILL)
             killed_at = time.time()
             if mode == "cold":
-                procs.append(start_siding_run(configs["b"], logs["b"]))
+                procs.append(start_siding_run(configs["b"], logs["b"], env=env))
             wait_until(
-                lambda: any(r.received_s > killed_at for r in read_records(record)),
+                lambda: any(r.received_s > killed_at + 1 for r in read_records(record)),
                 timeout_s=SPARK_START_S,
                 what="the new driver's first delivery",
             )
@@ -135,7 +158,10 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
                 _stop(proc, signal.SIGTERM)
             sim.stop()
         deliveries = read_records(record)
-        first_new = min(r.received_s for r in deliveries if r.received_s > killed_at)
+        # The new driver sends nothing before it holds the fence; calls the dead one had sent
+        # may still reach the consumer just after the kill.
+        fenced_at = _logged_at(logs["b"], "holds its fence") or killed_at
+        first_new = min(r.received_s for r in deliveries if r.received_s > fenced_at)
         during = {
             r.delivery_id
             for r in deliveries
@@ -168,7 +194,7 @@ def measure(mode: str, messages: int, rate: float, lease: str) -> dict[str, Any]
                 "fence_lease": lease,
                 "fence_renew": "default (2s)",
                 "trigger": "200ms",
-                "checkpoint": "a local folder shared by both processes",
+                "checkpoint": checkpoint if kind == "s3" else "a local folder both share",
             },
         }
 
@@ -179,10 +205,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--lease", default="10s", help="[fence] lease")
     parser.add_argument("--only", choices=("standby", "cold"), action="append")
+    parser.add_argument("--checkpoint", choices=("s3", "local"), default="s3")
     args = parser.parse_args()
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for mode in args.only or ("standby", "cold"):
-        result = measure(mode, args.messages, args.rate, args.lease)
+        result = measure(mode, args.messages, args.rate, args.lease, args.checkpoint)
         result |= {
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",

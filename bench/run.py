@@ -30,6 +30,7 @@ from bench.workloads import (
     pc_table,
     poison_pills,
     spark_floor,
+    throughput,
 )
 from bench.workloads.context import BenchContext, scale_from_env
 from siding.devkit.broker import EmbeddedKafka
@@ -49,6 +50,7 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "poison_pills": poison_pills.run,
         "crash_pill": crash_pill.run,
         "key_retry": key_retry.run,
+        "throughput": lambda ctx: throughput.run(ctx, broker_pid),
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }
 

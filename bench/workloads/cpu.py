@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,10 +67,10 @@ def tree_ticks(stats: Mapping[int, ProcStat], root: int, exclude: Collection[int
     return sum(s.ticks for s in tree(stats, root, exclude))
 
 
-def kind_of(stat: ProcStat, root: int) -> str:
-    """Which part of siding a process is, for the cost breakdown."""
+def kind_of(stat: ProcStat, root: int, root_kind: str = "driver (Python)") -> str:
+    """Which part of siding a process is, for the cost breakdown (``root_kind``: the root's)."""
     if stat.pid == root:
-        return "driver (Python)"
+        return root_kind
     if stat.name == "java":
         return "Spark JVM"
     if stat.name.startswith("python"):
@@ -93,25 +94,49 @@ class Usage:
             self.last[key] = p
         self.started = True
 
-    def ticks_by_kind(self, root: int) -> dict[str, int]:
+    def ticks_by_kind(self, root: int, root_kind: str = "driver (Python)") -> dict[str, int]:
         used: Counter[str] = Counter()
         for key, p in self.last.items():
-            used[kind_of(p, root)] += p.own - self.first[key]
+            used[kind_of(p, root, root_kind)] += p.own - self.first[key]
         return dict(used)
 
 
 class CpuMeter:
     """``meter = CpuMeter(root, exclude).start()`` ... ``meter.stop()`` (or ``with``); then
-    ``meter.seconds`` and ``meter.by_kind``."""
+    ``meter.seconds`` and ``meter.by_kind``. ``meter.now()`` samples at once and returns the
+    seconds so far (a split inside the window). ``overhead_s`` is the CPU the sampling itself
+    took in this process: part of the tree when ``root`` is this process."""
 
-    def __init__(self, root: int, exclude: Collection[int], interval_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        root: int,
+        exclude: Collection[int],
+        interval_s: float = 0.2,
+        root_kind: str = "driver (Python)",
+    ) -> None:
         self._root, self._exclude, self._interval_s = root, set(exclude), interval_s
+        self._root_kind = root_kind
         self._usage = Usage()
+        self._lock = threading.Lock()
+        self._overhead_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
 
     def _sample(self) -> None:
-        self._usage.sample(tree(read_stats(), self._root, self._exclude))
+        began = time.thread_time()
+        with self._lock:
+            self._usage.sample(tree(read_stats(), self._root, self._exclude))
+            self._overhead_s += time.thread_time() - began
+
+    def now(self) -> float:
+        """Sample now; the tree's CPU seconds since the start."""
+        self._sample()
+        return self.seconds
+
+    @property
+    def overhead_s(self) -> float:
+        with self._lock:
+            return self._overhead_s
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -141,7 +166,9 @@ class CpuMeter:
 
     @property
     def by_kind(self) -> dict[str, float]:
-        return {k: t / TICKS_PER_S for k, t in self._usage.ticks_by_kind(self._root).items()}
+        with self._lock:
+            ticks = self._usage.ticks_by_kind(self._root, self._root_kind)
+        return {k: t / TICKS_PER_S for k, t in ticks.items()}
 
     @property
     def seconds(self) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.peers import share_group
 from bench.workloads import hol, hol_peers
 from bench.workloads.context import BenchContext
 from bench.workloads.measure import delivery_summary
@@ -17,6 +18,9 @@ POINT_S = 20.0
 MIN_POINT_S = 2.0
 FAST_S = 0.010
 BEHAVIOUR = hol.behaviour(0.0)  # every message 10 ms
+# Every message equally quick, so a record holds up the others of its poll by little: the share
+# group takes big polls (10 consumers of 100 records: siding's in-flight limit), as on a backlog.
+SHARE_CURVE = share_group.for_backlog(hol.IN_FLIGHT, consumers=10)
 
 
 def point_seconds(scale: float) -> float:
@@ -28,7 +32,7 @@ def systems() -> dict[str, Callable[[], System]]:
     return {
         "siding_grpc_defaults": lambda: Siding("siding_grpc_defaults", "grpc", None),
         "siding_http_defaults": lambda: Siding("siding_http_defaults", "http", None),
-        **hol_peers.peer_systems(hol.IN_FLIGHT),
+        **hol_peers.peer_systems(hol.IN_FLIGHT, share=SHARE_CURVE),
     }
 
 
@@ -89,6 +93,10 @@ def run(ctx: BenchContext) -> list[dict[str, Any]]:
                 "partitions": 1,
                 "siding_route": "defaults (name, topic, group, endpoint; default trigger)",
                 "in_flight": hol.IN_FLIGHT,
+                "share_group": {
+                    "consumers": SHARE_CURVE.consumers,
+                    "max_poll_records": SHARE_CURVE.max_poll_records,
+                },
             },
         }
     ]

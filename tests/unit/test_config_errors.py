@@ -107,6 +107,11 @@ ROUTE_ERRORS = [
     ("batch = { maxx = 5 }", "route[billing].batch.maxx", "unknown key (did you mean 'max'?)"),
     ("batch = 64", "route[billing].batch", "expected a table"),
     ('transport = "unary"\nbatch = { max = 8 }', "route[billing].batch", "transport = 'stream'"),
+    ('compression = "zstd"', "route[billing].compression", "'none' or 'gzip'"),
+    ("compression = true", "route[billing].compression", "'none' or 'gzip'"),
+    ('compression = "gzip"\ncompress_above = -1', "route[billing].compress_above", "at least 0"),
+    ('compression = "gzip"\ncompress_above = "1k"', "route[billing].compress_above", "integer"),
+    ("compress_above = 512", "route[billing].compress_above", "compression = 'gzip'"),
 ]
 
 

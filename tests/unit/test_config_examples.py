@@ -110,6 +110,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     (secrets / "siding.crt").write_text(PEM_CERT)
     (secrets / "siding.key").write_text(PEM_KEY)
     (secrets / "audit.whsec").write_text("whsec_YXVkaXQtc2VjcmV0\n")
+    (secrets / "audit-page.whsec").write_text("audit-page-secret\n")
     env = {
         "RECEIPTS_TOKEN": "receipts-token",
         "RECEIPTS_WEBHOOK_SECRET": "whsec_cmVjZWlwdHM=",
@@ -118,6 +119,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "RECEIPTS_KEY_PEM": PEM_KEY,
         "ORDERS_JOIN_TOKEN": "orders-join-token",
         "AUDIT_API_KEY": "audit-key",
+        "BILLING_PAGE_SECRET": "whsec_YmlsbGluZy1wYWdl",
     }
     # When it is loaded
     config = load_config(tmp_path / "siding.toml", env=env)
@@ -144,6 +146,9 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     assert audit.http.method == "PUT" and audit.http.header_values() == (
         ("X-Api-Key", "audit-key"),
     )
+    assert billing.dlq_page is not None and billing.dlq_page.every == 60.0
+    audit_page = config.route_named("audit").dlq_page
+    assert audit_page is not None and audit_page.secret.get_secret_value() == "audit-page-secret"
     assert config.kafka.client_config()["bootstrap.servers"] == "127.0.0.1:9092"
     assert config.kafka.notes == ()  # every [kafka] setting reaches the clients it is for
     assert config.spark.checkpoint_dir == str(tmp_path / ".siding" / "checkpoints")

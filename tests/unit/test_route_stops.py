@@ -42,7 +42,7 @@ from siding.pipeline.driver.topics import RouteFailed
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.task import failed
 from siding.pipeline.offline.route_lock import RouteLock
-from siding.routing.producer import DurableProducer, OutRecord
+from siding.routing.producer import DurableProducer, OutRecord, Placement
 from siding.routing.settlement import Settlement, settlement_record
 from siding.steps import StepCounts
 from tests.unit.test_config import BASE
@@ -96,6 +96,12 @@ class Recording(DurableProducer):
             self.failures -= 1
             raise DurableWriteError("1 record(s) not written: dlq: Broker: Unknown topic")
         self.written += records
+
+    def write_placed(
+        self, records: Sequence[OutRecord], timeout_s: float = 60.0
+    ) -> tuple[Placement | None, ...]:
+        self.write(records, timeout_s)
+        return (None,) * len(records)
 
 
 @dataclass(kw_only=True)

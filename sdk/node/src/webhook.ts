@@ -3,6 +3,7 @@
 
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from "node:http";
 import type { Delivery } from "./delivery.js";
+import { BodyEncodingError, decodeBody, withoutEncoding } from "./encoding.js";
 import {
   EnvelopeError,
   type HttpAnswer,
@@ -107,6 +108,12 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
       if (error instanceof TooLarge) return plain(413, `request body over ${limit} bytes`);
       throw error;
     }
+    try {
+      body = decodeBody(request.headers, body, limit);
+    } catch (error) {
+      if (error instanceof BodyEncodingError) return plain(error.status, error.message);
+      throw error;
+    }
     if (options.secret !== null) {
       try {
         verifyWebhook(options.secret, request.headers, body, { toleranceSeconds: tolerance });
@@ -126,7 +133,7 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
           replies,
         );
       }
-      const delivery = deliveryFromRequest(request.rawHeaders, body);
+      const delivery = deliveryFromRequest(withoutEncoding(request.rawHeaders), body);
       counts.single += 1;
       return singleAnswer(await runHandler(handler, delivery, "webhook", logger));
     } catch (error) {

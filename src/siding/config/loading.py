@@ -141,6 +141,9 @@ def _load_files(data: dict[str, Any], base: Path) -> None:
         auth = route.get("auth") if isinstance(route, dict) else None
         if isinstance(auth, dict):
             _read_secret_files(auth, base, ("route", i, "auth"))
+        page = route.get("dlq_page") if isinstance(route, dict) else None
+        if isinstance(page, dict):
+            _read_secret_file(page, "secret", base, ("route", i, "dlq_page"))
 
 
 def _read_secret_files(auth: dict[str, Any], base: Path, loc: Loc) -> None:
@@ -159,6 +162,23 @@ def _read_secret_files(auth: dict[str, Any], base: Path, loc: Loc) -> None:
             raise Problem((*loc, file_key), f"cannot read {resolved}: {exc}") from None
         auth[file_key] = str(resolved)
         auth[inline] = content.strip() if inline in _TRIMMED_SECRETS else content
+
+
+def _read_secret_file(table: dict[str, Any], inline: str, base: Path, loc: Loc) -> None:
+    """``<inline>_file`` read into ``inline`` (surrounding whitespace removed)."""
+    file_key = f"{inline}_file"
+    path = table.get(file_key)
+    if not isinstance(path, str):
+        return
+    if inline in table:
+        raise Problem((*loc, file_key), f"give either {inline} or {file_key}, not both")
+    resolved = base / path
+    try:
+        content = resolved.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Problem((*loc, file_key), f"cannot read {resolved}: {exc}") from None
+    table[file_key] = str(resolved)
+    table[inline] = content.strip()
 
 
 def _resolve_dir(path: str, base: Path) -> str:

@@ -5,6 +5,8 @@ Each raises ``ValueError`` with a message meant for the user; the caller adds th
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +25,22 @@ _SECRET_NAME = re.compile(
 def looks_secret(name: str) -> bool:
     """Whether a pass-through setting's name says its value is a credential."""
     return _SECRET_NAME.search(name) is not None
+
+
+def check_webhook_secret(secret: str) -> None:
+    """A Standard Webhooks secret is ``whsec_<base64>`` or any other non-empty text (its bytes),
+    the rule ``siding.transport.signing`` signs with; raises ``ValueError`` (never echoing it)."""
+    if not secret:
+        raise ValueError("must not be empty")
+    if not secret.startswith("whsec_"):
+        return
+    encoded = secret.removeprefix("whsec_")
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if not decoded:
+        raise ValueError("a whsec_ secret must be base64 after the prefix")
 
 
 # -- durations -----------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class SidingRun:
             metrics.on_result(route, lane, results, seconds)
             also(route, lane, results, seconds)
 
-        return BatchSink(both)
+        return BatchSink(both, metrics.on_page)
 
     def _routes_changed(self, routes: Sequence[RouteConfig]) -> None:
         for route in routes:

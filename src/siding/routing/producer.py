@@ -20,6 +20,15 @@ class OutRecord:
     headers: Headers
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where Kafka put a record it acknowledged."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
 MAX_RECORD_BYTES = 100 * 1024 * 1024
 
 
@@ -46,6 +55,9 @@ def distinct(errors: Sequence[str], shown: int = 3) -> str:
     parts = [f"{e} (x{n})" if n > 1 else e for e, n in list(counts.items())[:shown]]
     more = len(counts) - shown
     return "; ".join(parts) + (f"; and {more} other error(s)" if more > 0 else "")
+
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
 class DurableProducer:
@@ -78,6 +90,23 @@ class DurableProducer:
 
         After a failed write the client is replaced: an idempotent producer can be left in a
         fatal state (e.g. out-of-order sequence) that no later write would get out of."""
+        self._checked_write(records, timeout_s, None)
+
+    def write_placed(
+        self, records: Sequence[OutRecord], timeout_s: float = 60.0
+    ) -> tuple[Placement | None, ...]:
+        """``write``, and where each record went, in ``records``' order (``None`` if Kafka
+        did not say: a record without an offset, as an idempotent write always has one)."""
+        placed: list[Placement | None] = [None] * len(records)
+        self._checked_write(records, timeout_s, placed)
+        return tuple(placed)
+
+    def _checked_write(
+        self,
+        records: Sequence[OutRecord],
+        timeout_s: float,
+        placed: list[Placement | None] | None,
+    ) -> None:
         refused = self._guard() if self._guard is not None else None
         if refused is not None:
             raise FenceLost(refused)
@@ -87,8 +116,18 @@ class DurableProducer:
             if error is not None:
                 errors.append(f"{message.topic()}: {error.str()}")
 
+        def placing(index: int) -> DeliveryCallback:
+            def on_placed(error: KafkaError | None, message: Message) -> None:
+                on_delivery(error, message)
+                offset, partition = message.offset(), message.partition()
+                if placed is not None and error is None and offset is not None and offset >= 0:
+                    placed[index] = Placement(str(message.topic()), int(partition or 0), offset)
+
+            return on_placed
+
+        callbacks = [placing(i) for i in range(len(records))] if placed is not None else None
         try:
-            self._write(records, on_delivery, timeout_s)
+            self._write(records, callbacks or on_delivery, timeout_s)
         except DurableWriteError:
             self._replace()
             raise
@@ -99,10 +138,11 @@ class DurableProducer:
     def _write(
         self,
         records: Sequence[OutRecord],
-        on_delivery: Callable[[KafkaError | None, Message], None],
+        on_delivery: DeliveryCallback | Sequence[DeliveryCallback],
         timeout_s: float,
     ) -> None:
-        for record in records:
+        for index, record in enumerate(records):
+            callback = on_delivery if callable(on_delivery) else on_delivery[index]
             while True:
                 try:
                     self.producer.produce(
@@ -110,7 +150,7 @@ class DurableProducer:
                         key=record.key,
                         value=record.value,
                         headers=list(record.headers),
-                        on_delivery=on_delivery,
+                        on_delivery=callback,
                     )
                     break
                 except BufferError:

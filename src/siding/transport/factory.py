@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from siding.config import Endpoint, RouteConfig
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
+from siding.transport.compression import Compression
 from siding.transport.tls import ClientTls
 
 if TYPE_CHECKING:  # the gRPC and HTTP modules are imported only by a route that uses them
@@ -44,6 +45,11 @@ def batch_limits(route: RouteConfig) -> BatchLimits | None:
     return BatchLimits(route.batch.max, route.batch.linger, max_bytes)
 
 
+def compression(route: RouteConfig) -> Compression:
+    """The route's compression on the wire (off unless ``compression`` is set)."""
+    return Compression(route.compression, route.compress_above)
+
+
 def channel_spec(route: RouteConfig, endpoint: Endpoint) -> ChannelSpec:
     """How the gRPC transports reach ``endpoint``: its TLS, the route's token, and a send limit
     of the route's ``max_message_bytes`` when it has one."""
@@ -56,6 +62,7 @@ def channel_spec(route: RouteConfig, endpoint: Endpoint) -> ChannelSpec:
         options=(("grpc.max_send_message_length", limit),) if limit else (),
         client_tls=client_tls(route) if endpoint.tls else None,
         token=_secret(route.auth.token),
+        compression=compression(route),
     )
 
 
@@ -75,6 +82,7 @@ def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -
         method=shape.method,
         headers=shape.header_values(),
         idempotency_key=shape.idempotency_key,
+        compression=compression(route),
     )
 
 

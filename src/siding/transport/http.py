@@ -7,6 +7,7 @@ headers) signed per Standard Webhooks; docs/webhooks.md lists every header.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import ssl
 import time
@@ -20,6 +21,12 @@ from siding.config.url_template import parse_url_template
 from siding.errors import ConfigError
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport import signing
+from siding.transport.compression import (
+    OFF,
+    Compression,
+    http_body,
+    refused_encoding,
+)
 from siding.transport.http_headers import (
     DEFAULT_EVENT_TYPE,
     DEFAULT_SOURCE,
@@ -34,6 +41,8 @@ from siding.transport.outcomes import (
 )
 from siding.transport.outputs import MAX_OUTPUTS_BYTES, ack_from_body, is_json
 from siding.transport.tls import ClientTls
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 _REASON_EXCERPT_CHARS = 200
@@ -62,6 +71,8 @@ class WebhookSpec:
     ca_file: str | None = None
     insecure: bool = False
     client_tls: ClientTls | None = None
+    # Bodies of at least ``compression.above`` bytes go gzipped (signed before that).
+    compression: Compression = OFF
     method: str = "POST"
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     idempotency_key: bool = True
@@ -113,11 +124,37 @@ class HttpTransport:
         self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.dropped_headers = 0
+        self.compression = spec.compression
 
     def __repr__(self) -> str:
         return f"HttpTransport({_redacted(self._url)!r})"  # never a secret or a token
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        started = time.monotonic()
+        outcome, refused = await self._send_once(delivery, deadline_s, self.compression)
+        if not refused:
+            return outcome
+        self.stop_compressing()
+        left = deadline_s - (time.monotonic() - started)
+        if left <= 0:
+            return outcome_from_timeout(deadline_s)
+        outcome, _ = await self._send_once(delivery, left, OFF)
+        return outcome_from_timeout(deadline_s) if outcome.no_answer else outcome
+
+    def stop_compressing(self) -> None:
+        """The consumer refused a gzipped body (415): everything goes uncompressed from now on."""
+        if self.compression.on:
+            self.compression = OFF
+            log.warning(
+                "the consumer at %r answered 415 to a gzipped body: its deliveries go"
+                " uncompressed from now on",
+                self,
+            )
+
+    async def _send_once(
+        self, delivery: Delivery, deadline_s: float, choice: Compression
+    ) -> tuple[Outcome, bool]:
+        """One request; the outcome, and whether the consumer refused its compression."""
         client = self._session()
         request = build_headers(
             delivery,
@@ -130,28 +167,30 @@ class HttpTransport:
             idempotency_key=self._spec.idempotency_key,
         )
         self.dropped_headers += request.dropped
+        sent = http_body(choice, delivery.value or b"", delivery.headers)
         try:
             async with client.request(
                 self._spec.method,
                 self._url_of(delivery),
-                data=delivery.value or b"",
-                headers=request.headers,
+                data=sent.data,
+                headers=request.headers + sent.headers,
                 allow_redirects=False,
                 timeout=self._timeout(deadline_s),
             ) as response:
                 outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
                 if outcome.kind is OutcomeKind.ACK and is_json(response.content_type):
                     body, complete = await read_body(response, MAX_OUTPUTS_BYTES)
-                    return ack_from_body(response.content_type, body, complete)
+                    return ack_from_body(response.content_type, body, complete), False
                 text = await _read_excerpt(response, self._max_response_bytes)
         except (aiohttp.ClientError, TimeoutError) as error:
-            return outcome_from_request_error(error, deadline_s)
+            return outcome_from_request_error(error, deadline_s), False
+        refused = refused_encoding(response.status, sent)
         if outcome.kind is OutcomeKind.DEAD and response.status == 413:
             size = len(delivery.value or b"")
             outcome = replace(outcome, reason=f"{outcome.reason} ({size} bytes)")
         if outcome.kind is OutcomeKind.ACK or not text:
-            return outcome
-        return replace(outcome, reason=f"{outcome.reason}: {text}")
+            return outcome, refused
+        return replace(outcome, reason=f"{outcome.reason}: {text}"), refused
 
     def _url_of(self, delivery: Delivery) -> URL:
         if self._template.is_static:

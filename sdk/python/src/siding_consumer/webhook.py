@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
+from siding_consumer.encoding import BodyEncodingError, decode_body, without_encoding
 from siding_consumer.envelope import (
     EnvelopeError,
     HttpAnswer,
@@ -26,7 +27,14 @@ from siding_consumer.signing import (
     verify,
 )
 
-__all__ = ["WebhookApp", "WebhookVerificationError", "WebhookVerifier", "verify_webhook"]
+__all__ = [
+    "BodyEncodingError",
+    "WebhookApp",
+    "WebhookVerificationError",
+    "WebhookVerifier",
+    "decode_body",
+    "verify_webhook",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -50,7 +58,9 @@ def verify_webhook(
     """Verify a siding webhook (Standard Webhooks) and return its ``webhook-id``: the delivery
     id, or ``batch:<id of the first delivery>:<count>`` for a batch (docs/batch.md).
 
-    ``body`` must be the raw request body, byte for byte. Header names are case-insensitive.
+    ``body`` must be the request body byte for byte, decoded when siding compressed it
+    (``Content-Encoding: gzip``; ``decode_body`` does it): siding signs the body before it
+    compresses it. Header names are case-insensitive.
     Raises ``WebhookVerificationError`` naming what is wrong.
     """
     return verify(secret, headers, body, tolerance_s=tolerance_s, now_s=now_s)
@@ -90,10 +100,13 @@ class WebhookVerifier:
             return
         if body is _Cut.DISCONNECTED:
             return
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in reversed(scope.get("headers", []))  # first one wins
-        }
+        headers = _headers(scope)
+        raw = body
+        try:
+            body = decode_body(headers, raw, self._max_body_bytes)
+        except BodyEncodingError as error:
+            await _answer(send, error.status, str(error).encode())
+            return
         try:
             verify(
                 self._secret,
@@ -105,7 +118,16 @@ class WebhookVerifier:
         except WebhookVerificationError as error:
             await _answer(send, 401, f"webhook verification failed: {error}".encode())
             return
+        if body is not raw:  # the app behind gets the decoded body, marked as such
+            scope = {**scope, "headers": without_encoding(list(scope["headers"]), len(body))}
         await self._app(scope, _replay(body, receive), send)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in reversed(scope.get("headers", []))  # first one wins
+    }
 
 
 class _Cut(enum.Enum):
@@ -196,10 +218,13 @@ class WebhookApp:
             return
         if body is _Cut.DISCONNECTED:
             return
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in reversed(scope.get("headers", []))  # first one wins
-        }
+        headers = _headers(scope)
+        try:
+            body = decode_body(headers, body, self._max_body_bytes)
+        except BodyEncodingError as error:
+            await _answer(send, error.status, str(error).encode())
+            return
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-encoding"}
         if self._secret is not None:
             try:
                 verify(self._secret, headers, body, tolerance_s=self._tolerance_s)

@@ -28,6 +28,7 @@ from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
 from siding.pipeline.driver.flood import flood_reason
 from siding.pipeline.driver.keystate import KeyWaits
+from siding.pipeline.driver.pager import DlqPager
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.executor.fence_gate import FencePlan
@@ -37,7 +38,7 @@ from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import SELECT_EXPR
 from siding.pipeline.executor.task import deliver_partition
 from siding.routing import story
-from siding.routing.producer import DurableProducer, OutRecord
+from siding.routing.producer import DurableProducer, OutRecord, Placement
 from siding.routing.settlement import Settlement
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ class BatchSink:
     """Where batch results go on the driver (metrics, status, the demo's live view)."""
 
     on_result: Callable[[str, int, list[TaskResult], float], None] = lambda *_: None
+    # (route, sent, letters): a DLQ page sent or dropped (``pager``).
+    on_page: Callable[[str, bool, int], None] = lambda *_: None
 
     def report(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
         """Log the batch (summary, breaker transitions), then hand it to ``on_result``."""
@@ -117,6 +120,8 @@ class BatchHandler(ABC):
     lock_lost: Callable[[], str | None] = lambda: None
     # The fence the batch's tasks check their writes against (None: the route has none).
     fence: Callable[[], FencePlan | None] = lambda: None
+    # Announces the letters once written ([route.dlq_page]); None: the route has no pager.
+    pager: DlqPager | None = None
 
     @property
     def query(self) -> str:
@@ -205,16 +210,26 @@ class BatchHandler(ABC):
             producer = self.letter_producer
             if producer is None:
                 raise BatchFailed(f"{self._where(batch_id)}: no producer for its dead letters")
-            self._write_durably(producer, letters, "dead letters", batch_id)
+            placed = self._write_durably(producer, letters, "dead letters", batch_id)
+            self._page(letters, placed)
         return [replace(r, letters=()) if r.letters else r for r in results]
+
+    def _page(self, letters: list[OutRecord], placed: tuple[Placement | None, ...]) -> None:
+        """Announce letters Kafka has acknowledged (best effort: never fails the batch)."""
+        if self.pager is None:
+            return
+        try:
+            self.pager.offer(letters, placed)
+        except Exception as exc:
+            log.warning("route %s: DLQ page not queued: %s", self.route.name, one_line(str(exc)))
 
     def _write_durably(
         self, producer: DurableProducer, records: list[OutRecord], what: str, batch_id: int
-    ) -> None:
+    ) -> tuple[Placement | None, ...]:
+        """Write ``records`` (again after a pause when it fails); where each went."""
         for attempt in range(1, self.attempts + 1):
             try:
-                producer.write(records)
-                return
+                return producer.write_placed(records)
             except DurableWriteError as exc:
                 if not exc.retriable:  # the fence is lost: never written
                     self._still_guarded()
@@ -231,6 +246,7 @@ class BatchHandler(ABC):
                     one_line(str(exc)),
                 )
                 self.stop.wait(min(30.0, 2.0**attempt))
+        raise AssertionError("unreachable")
 
 
 @dataclass(kw_only=True)

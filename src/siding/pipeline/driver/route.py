@@ -21,11 +21,13 @@ from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
 from siding.pipeline.driver.fence import RouteFence
 from siding.pipeline.driver.keystate import KeyWaits
+from siding.pipeline.driver.pager import DlqPager
 from siding.pipeline.driver.park_batch import ParkBatchHandler
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
 from siding.pipeline.driver.stops import RouteStops
+from siding.pipeline.driver.warm import warm_workers
 from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.offline import moves, owner, positions
 from siding.pipeline.offline.checkpoint_root import checkpoint_root, route_place
@@ -97,6 +99,7 @@ class RouteRuntime:
         self._prepared: topics.Prepared | None = None
         self._producer: DurableProducer | None = None
         self._tails: list[TopicTail] = []
+        self.pager: DlqPager | None = None
         self.fence: RouteFence | None = None
         if config.fenced:
             self.fence = RouteFence(
@@ -179,6 +182,7 @@ class RouteRuntime:
         waits = KeyWaits(naming.state_topic(route.name, naming.KEYS))
         waits.restore(read_to_end(client_conf, waits.topic))
         self._producer = state_producer = DurableProducer(client_conf, guard=self.lock_lost)
+        self.pager = self._start_pager()
         held = topics.held_topics(route, present)
         progress = self._progress_store()
         sources = self._prepared.sources
@@ -210,6 +214,7 @@ class RouteRuntime:
                 stops=self.stops,
                 lock_lost=self.lock_lost,
                 fence=self.fence_plan,
+                pager=self.pager,
             )
             subscribe, topic = (
                 main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
@@ -220,6 +225,14 @@ class RouteRuntime:
         # does (parking turned off, key mode): the main lane committed past them.
         if route.parks or naming.park_topic(route.name) in present:
             self._start_park_lane(spark, state_producer)
+
+    def _start_pager(self) -> DlqPager | None:
+        """The route's DLQ pager ([route.dlq_page]), sending; ``None`` when it has none."""
+        page = self.route.dlq_page
+        if page is None:
+            return None
+        dlq = naming.route_dlq(self.route)
+        return DlqPager(self.route.name, dlq, page, on_page=self.sink.on_page).start()
 
     def _progress_store(self) -> ProgressStore | None:
         """What earlier attempts of the route's batches made durable (docs/replay.md)."""
@@ -252,6 +265,7 @@ class RouteRuntime:
             letter_producer=state_producer,
             lock_lost=self.lock_lost,
             fence=self.fence_plan,
+            pager=self.pager,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
@@ -321,6 +335,9 @@ class RouteRuntime:
         tails, self._tails = self._tails, []
         for tail in reversed(tails):
             tail.close()
+        pager, self.pager = self.pager, None
+        if pager is not None:  # after the queries: the last batches' letters are on it
+            pager.stop()
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.close()
@@ -454,16 +471,25 @@ def claim_routes(runtimes: Sequence[RouteRuntime]) -> None:
     _steps(runtimes, _CLAIM_STEPS)
 
 
-def take_over(runtimes: Sequence[RouteRuntime], stop_event: threading.Event) -> bool:
-    """A standby's wait for its routes' fences (``claim_routes``); ``False`` when it was asked
-    to stop before it took them (a clean stop: it held nothing)."""
-    log.info("siding: standby: Spark is up; waiting for the routes' fences")
+def take_over(
+    runtimes: Sequence[RouteRuntime],
+    stop_event: threading.Event,
+    spark: SparkSession,
+    standby: bool,
+) -> bool:
+    """The wait of a standby, or of a fenced route's driver, for the routes' fences
+    (``claim_routes``), with Spark up and its Python workers warmed first, so that the wait
+    overlaps them; ``False`` when it was asked to stop before it took them (a clean stop: it
+    held nothing)."""
+    warm_workers(spark)
+    if standby:
+        log.info("siding: standby: Spark is up; waiting for the routes' fences")
     try:
         claim_routes(runtimes)
     except RouteStopped:
         if not stop_event.is_set():
             raise
-        log.info("siding: standby stopped before it took the routes over")
+        log.info("siding: stopped before it took the routes over")
         return False
     return True
 

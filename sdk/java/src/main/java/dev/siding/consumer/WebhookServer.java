@@ -220,7 +220,19 @@ public final class WebhookServer implements AutoCloseable {
     if (body == null) {
       return plain(413, "request body over " + maxBodyBytes + " bytes");
     }
-    Map<String, List<String>> headers = exchange.getRequestHeaders();
+    com.sun.net.httpserver.Headers headers = exchange.getRequestHeaders();
+    String encoding = headers.getFirst("content-encoding");
+    try {
+      body = BodyEncoding.decode(encoding, body, maxBodyBytes);
+    } catch (BodyEncoding.BodyEncodingException e) {
+      return plain(e.status(), e.getMessage());
+    }
+    if (encoding != null) { // the handler sees the decoded body (the request's headers are read-only)
+      com.sun.net.httpserver.Headers decoded = new com.sun.net.httpserver.Headers();
+      decoded.putAll(headers);
+      decoded.remove("content-encoding");
+      headers = decoded;
+    }
     if (verifier != null) {
       try {
         verifier.verify(headers, body);
