@@ -220,6 +220,15 @@ def test_the_secret_is_never_shown() -> None:
     assert '"every": "1m"' in shown
 
 
+def test_the_url_s_path_and_query_are_not_shown() -> None:
+    # Alerting services put their token in the path or the query
+    url = "https://hooks.example/services/T000/B000/tok3n?key=k3y"
+    shown = json.dumps(parse_config(BASE + f'url = "{url}"\nsecret = "s"').redacted_dict())
+    assert "tok3n" not in shown
+    assert "k3y" not in shown
+    assert '"url": "https://hooks.example/***"' in shown
+
+
 def test_the_secret_may_come_from_a_file_but_not_from_both(tmp_path: Path) -> None:
     (tmp_path / "page.whsec").write_text(SECRET + "\n")
     table = 'url = "http://n/p"\nsecret_file = "page.whsec"'

@@ -125,3 +125,12 @@ def test_a_filled_key_is_one_segment_that_decodes_back_to_the_key(key: bytes) ->
     segment = filled.removeprefix("http://h/o/").removesuffix("/tail")
     assert "/" not in segment and "?" not in segment and "#" not in segment
     assert unquote_to_bytes(segment) == key
+
+
+@pytest.mark.parametrize("key", [b".", b"..", b"...", b"a.b"])
+def test_a_key_of_dots_never_fills_a_dot_segment(key: bytes) -> None:
+    # A key "." or ".." left as it is would make /orders/.. resolve to / at the server
+    filled = parse_url_template("http://h/orders/{key}").fill(delivery(key=key))
+    segment = filled.removeprefix("http://h/orders/")
+    assert segment not in {".", ".."}
+    assert unquote_to_bytes(segment) == key

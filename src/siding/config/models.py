@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
 from siding.config.http_request import HttpConfig
-from siding.config.paging import DlqPageConfig
+from siding.config.paging import DlqPageConfig, shown_url
 from siding.config.sections import (
     ControlConfig,
     FenceConfig,
@@ -535,6 +535,8 @@ class RouteConfig(BaseModel):
             del data["transport"]
         if self.endpoint and self.endpoint[0].is_grpc:
             del data["http"]
+        if self.dlq_page is not None:
+            data["dlq_page"]["url"] = shown_url(self.dlq_page.url)
         return data
 
     def lanes_as_model(self) -> tuple[Lane, ...]:

@@ -58,3 +58,11 @@ class DlqPageConfig(BaseModel):
         if value > MAX_TIMEOUT_S:
             raise ValueError(f"must be at most {MAX_TIMEOUT_S:g}s")
         return value
+
+
+def shown_url(url: str) -> str:
+    """``url`` for display (``check-config``, ``GET /routes``): its scheme and host only, the
+    path and query masked, since an alerting service's URL often carries its token there."""
+    parts = urlsplit(url)
+    rest = "/***" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{parts.netloc}{rest}"

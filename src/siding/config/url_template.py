@@ -108,18 +108,26 @@ def _placeholder(url: str, inner: str) -> Placeholder:
     raise ValueError(f"{url!r}: unknown placeholder {{{inner}}}: use {known} or {{header.NAME}}")
 
 
+def _escaped(value: str | bytes) -> str:
+    """``value`` percent-encoded as one path segment or query value. A value of ``.`` or ``..``
+    has its dots encoded too: left as they are, a server or proxy would resolve them as dot
+    segments (``/orders/..`` is ``/``) and the request would land on another resource."""
+    encoded = quote(value, safe="")
+    return encoded.replace(".", "%2E") if encoded in {".", ".."} else encoded
+
+
 def _value(placeholder: Placeholder, delivery: Delivery) -> str:
     match placeholder.field:
         case "topic":
-            return quote(delivery.topic, safe="")
+            return _escaped(delivery.topic)
         case "partition":
             return str(delivery.partition)
         case "offset":
             return str(delivery.offset)
         case "key":
-            return quote(delivery.key or b"", safe="")  # a null key: empty
+            return _escaped(delivery.key or b"")  # a null key: empty
     found = b""
     for name, value in delivery.headers:
         if name == placeholder.header:
             found = value  # the last one wins, as Kafka's Headers.lastHeader does
-    return quote(found, safe="")
+    return _escaped(found)

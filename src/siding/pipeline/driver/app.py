@@ -103,9 +103,7 @@ class Application:
         runtimes = [self._runtime(route, config, admin) for route in config.route]
         self._opening = runtimes
         prepare_routes(runtimes)
-        # A fenced route may wait up to a lease for its fence: Spark starts meanwhile.
-        waits = self.standby or config.fenced
-        if not waits:
+        if not self.standby:
             claim_routes(runtimes)
         try:
             if self.spark is None:
@@ -118,7 +116,7 @@ class Application:
                     s3a=scheme(config.spark.checkpoint_dir) == "s3a",
                 )
                 self._own_session = True
-            if waits and not take_over(runtimes, self.stop_event, self.spark, self.standby):
+            if self.standby and not take_over(runtimes, self.stop_event, self.spark):
                 return
             release_private_jvm()  # Spark's JVM serves the checkpoint's files from now on
             quiet_py4j()

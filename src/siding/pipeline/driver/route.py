@@ -27,7 +27,7 @@ from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
 from siding.pipeline.driver.stops import RouteStops
-from siding.pipeline.driver.warm import warm_workers
+from siding.pipeline.driver.warm import kept_warm, warm_workers
 from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.offline import moves, owner, positions
 from siding.pipeline.offline.checkpoint_root import checkpoint_root, route_place
@@ -472,25 +472,20 @@ def claim_routes(runtimes: Sequence[RouteRuntime]) -> None:
 
 
 def take_over(
-    runtimes: Sequence[RouteRuntime],
-    stop_event: threading.Event,
-    spark: SparkSession,
-    standby: bool,
+    runtimes: Sequence[RouteRuntime], stop_event: threading.Event, spark: SparkSession
 ) -> bool:
-    """The wait of a standby, or of a fenced route's driver, for the routes' fences
-    (``claim_routes``), with Spark up and its Python workers warmed first, so that the wait
-    overlaps them; ``False`` when it was asked to stop before it took them (a clean stop: it
-    held nothing)."""
-    warm_workers(spark)
-    if standby:
+    """A standby's wait for its routes' fences (``claim_routes``), its Python workers kept warm
+    meanwhile; ``False`` when it was asked to stop before it took them (a clean stop: it held
+    nothing)."""
+    with kept_warm(lambda: warm_workers(spark)):
         log.info("siding: standby: Spark is up; waiting for the routes' fences")
-    try:
-        claim_routes(runtimes)
-    except RouteStopped:
-        if not stop_event.is_set():
-            raise
-        log.info("siding: stopped before it took the routes over")
-        return False
+        try:
+            claim_routes(runtimes)
+        except RouteStopped:
+            if not stop_event.is_set():
+                raise
+            log.info("siding: standby stopped before it took the routes over")
+            return False
     return True
 
 

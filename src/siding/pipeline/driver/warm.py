@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from siding.pipeline.executor.warm import warm
@@ -33,3 +36,28 @@ def warm_workers(spark: SparkSession) -> set[int]:
         time.monotonic() - started,
     )
     return set(pids)
+
+
+# Spark stops a Python worker that has been idle for a minute (PythonWorkerFactory, checked every
+# 10 s): a standby waiting longer warms its workers again before that.
+WARM_EVERY_S = 40.0
+
+
+@contextlib.contextmanager
+def kept_warm(warm: Callable[[], object], every_s: float = WARM_EVERY_S) -> Iterator[None]:
+    """Call ``warm`` now, then every ``every_s`` on a thread of its own while the body runs
+    (a standby's wait on the fence, however long)."""
+    warm()
+    done = threading.Event()
+
+    def again() -> None:
+        while not done.wait(every_s):
+            warm()
+
+    thread = threading.Thread(target=again, name="siding-keep-warm", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=every_s)
