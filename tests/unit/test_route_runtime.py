@@ -18,7 +18,11 @@ from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain
-from siding.pipeline.driver.query import short_error
+from siding.pipeline.driver.query import (
+    MAX_RESTARTS_AFTER_ANOTHER_WRITE,
+    restart_after,
+    short_error,
+)
 from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes, query_names
 from siding.pipeline.driver.topics import Prepared, RouteFailed
 from siding.pipeline.offline import moves, owner
@@ -207,6 +211,38 @@ def test_a_query_error_is_never_told_by_a_stack_frame() -> None:
     assert short_error(spark_only) == (
         "org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized"
     )
+
+
+def test_a_query_error_is_never_told_by_spark_s_description_of_the_query() -> None:
+    # (CI, stop 33: a route stopped on "siding.fence.parked stopped: Identifier: siding.fence.parked
+    # [id = ..., runId = ...]", the query's name matching "siding", the cause never said)
+    text = (
+        "org.apache.spark.sql.streaming.StreamingQueryException: Multiple streaming queries are"
+        " concurrently using file:/ckpt/offsets\n"
+        "=== Streaming Query ===\n"
+        "Identifier: siding.fence.parked [id = 1, runId = 2]\n"
+        "Current Committed Offsets: {KafkaV2[Subscribe[siding.fence.park]]: {}}\n"
+    )
+    assert short_error(text) == (
+        "org.apache.spark.sql.streaming.StreamingQueryException: Multiple streaming queries are"
+        " concurrently using file:/ckpt/offsets"
+    )
+    assert short_error("=== Streaming Query ===\nIdentifier: siding.x") == "unknown error"
+
+
+def test_a_fenced_route_starts_a_query_again_after_another_driver_wrote_its_checkpoint() -> None:
+    spark_said = (
+        "org.apache.spark.sql.streaming.StreamingQueryException: [CONCURRENT_STREAM_LOG_UPDATE]"
+        " Concurrent update to the log. Multiple streaming jobs detected for 12."
+    )
+    assert restart_after(spark_said, holds_fence=True, restarts=0)
+    last = MAX_RESTARTS_AFTER_ANOTHER_WRITE
+    assert restart_after(spark_said, holds_fence=True, restarts=last - 1)
+    # Not forever, not without the fence (then this driver may be the one that lost it; an
+    # unfenced route's lock keeps a second driver out), not for any other error
+    assert not restart_after(spark_said, holds_fence=True, restarts=last)
+    assert not restart_after(spark_said, holds_fence=False, restarts=0)
+    assert not restart_after("siding.errors.BatchFailed: lane 1", holds_fence=True, restarts=0)
 
 
 def test_a_write_that_fails_the_same_way_for_every_record_says_it_once() -> None:

@@ -73,6 +73,10 @@ class Application:
         """Every query running now, route by route."""
         return [query for route in tuple(self._routes.values()) for query in route.queries]
 
+    def _running(self) -> list[tuple[RouteRuntime, StreamingQuery]]:
+        """Every query running now, with its route."""
+        return [(route, query) for route in tuple(self._routes.values()) for query in route.queries]
+
     def _runtime(self, route: RouteConfig, config: SidingConfig, admin: Any) -> RouteRuntime:
         return RouteRuntime(
             route,
@@ -192,7 +196,7 @@ class Application:
         stops (``RouteFailed``, whose message is the one line that says why: the reason a batch
         recorded, or the failed query's)."""
         while not self.stop_event.is_set() and not self.drain.requested.wait(poll_s):
-            for query in self.queries:
+            for runtime, query in self._running():
                 try:
                     active = query.isActive
                     error = None if active else query.exception()
@@ -200,7 +204,9 @@ class Application:
                     if self.stop_event.is_set():
                         break
                     raise RouteFailed(f"lost the Spark driver: {one_line(str(exc))}") from exc
-                if not active and query in self.queries:  # not a route being deleted
+                if active or query not in runtime.queries:  # (a route being deleted)
+                    continue
+                if not runtime.restart(query, str(error)):
                     self.stops.record(f"{query.name} stopped: {short_error(str(error))}")
                     break
         if self.stops.reason is not None:

@@ -95,13 +95,36 @@ def start_query(
     return query
 
 
+# How Spark says that another process wrote the batch this query was about to log (its offset or
+# commit log entry exists already): on a fenced route, the driver that lost the fence.
+_LOG_WRITTEN_BY_ANOTHER = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming jobs detected")
+# A fenced route starts a query again this many times after such a write (a driver that lost its
+# fence writes at most one offset and one commit entry per query before its own check stops it).
+MAX_RESTARTS_AFTER_ANOTHER_WRITE = 3
+
+
+def restart_after(error: str, *, holds_fence: bool, restarts: int) -> bool:
+    """Whether a query that stopped on ``error`` is started again from its checkpoint: only on
+    a route that holds its fence, only when Spark stopped it because another driver wrote to
+    its checkpoint's logs (a driver that lost the fence, resuming, docs/operations.md "A split
+    brain"), and at most ``MAX_RESTARTS_AFTER_ANOTHER_WRITE`` times. That entry is a batch
+    planned from the same checkpoint, so running it loses nothing."""
+    if not holds_fence or restarts >= MAX_RESTARTS_AFTER_ANOTHER_WRITE:
+        return False
+    return any(sign in error for sign in _LOG_WRITTEN_BY_ANOTHER)
+
+
+# Where Spark's StreamingQueryException starts describing the query rather than the error.
+_QUERY_SECTION = "=== Streaming Query ==="
 # Lines of a Python or Java stack trace: they say where, never what failed.
 _FRAME = re.compile(r'^\s*(File "|at [\w.$]+\(|Traceback \(|\.\.\. \d+ more)')
 
 
 def short_error(text: str) -> str:
     """The line of a query's error that says what failed (Spark wraps it in many): siding's own
-    error when there is one, else the first line that is not a stack frame."""
+    error when there is one, else the first line that is not a stack frame. Spark's description
+    of the query (from ``=== Streaming Query ===`` on: its name, offsets and plan) never is."""
+    text = text.split(_QUERY_SECTION, 1)[0]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     said = [line for line in lines if not _FRAME.match(line)]
     for line in said:

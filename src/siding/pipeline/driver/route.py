@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
@@ -92,6 +93,9 @@ class RouteRuntime:
         # Query name -> where its offsets are committed; the listener reads it live.
         self.targets: dict[str, CommitTarget] = {}
         self.queries: list[StreamingQuery] = []
+        # How each query is started (again, ``restart``), and how often it was started again.
+        self._starts: dict[str, Callable[[], StreamingQuery]] = {}
+        self._restarts: dict[str, int] = {}
         self.settlements: SettlementStore | None = None
         self._admin = admin
         self._claim: owner.Owner | None = None
@@ -300,19 +304,41 @@ class RouteRuntime:
             lane=lane if starting_lane is None else starting_lane,
         )
         name = naming.query_name(route.name, lane)
-        self.queries.append(
-            query.start_query(
-                spark,
-                self.config,
-                route,
-                name,
-                topic,
-                handler=handler,
-                checkpoint=checkpoint,
-                starting=starting,
-                subscribe=subscribe,
-            )
+        start = partial(
+            query.start_query,
+            spark,
+            self.config,
+            route,
+            name,
+            topic,
+            handler=handler,
+            checkpoint=checkpoint,
+            starting=starting,
+            subscribe=subscribe,
         )
+        self._starts[name] = start
+        self.queries.append(start())
+
+    def restart(self, stopped: StreamingQuery, error: str) -> bool:
+        """Start ``stopped`` again from its checkpoint when ``query.restart_after`` says so (a
+        driver that lost this route's fence wrote to the checkpoint); whether it did."""
+        name = str(stopped.name)
+        start, restarts = self._starts.get(name), self._restarts.get(name, 0)
+        holds = self.fence is not None and self.lock_lost() is None
+        if start is None or not query.restart_after(error, holds_fence=holds, restarts=restarts):
+            return False
+        self._restarts[name] = restarts + 1
+        log.warning(
+            "route %s: %s stopped because another driver wrote to its checkpoint (a driver that"
+            " lost the route's fence, resuming); started again from the checkpoint (%d of %d)",
+            self.route.name,
+            name,
+            restarts + 1,
+            query.MAX_RESTARTS_AFTER_ANOTHER_WRITE,
+        )
+        self.queries = [each for each in self.queries if each is not stopped]
+        self.queries.append(start())
+        return True
 
     # -- stop -----------------------------------------------------------------------------
 
