@@ -361,9 +361,6 @@ class RouteRuntime:
         tails, self._tails = self._tails, []
         for tail in reversed(tails):
             tail.close()
-        pager, self.pager = self.pager, None
-        if pager is not None:  # after the queries: the last batches' letters are on it
-            pager.stop()
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.close()
@@ -372,6 +369,11 @@ class RouteRuntime:
             lock.release()
         if self.fence is not None:
             self.fence.release()
+        # Last: its final page (up to ``pager.STOP_WAIT_S``) writes nothing to Kafka, so a
+        # standby need not wait for it; after the queries, whose last letters are on it.
+        pager, self.pager = self.pager, None
+        if pager is not None:
+            pager.stop()
 
     def remove(self, timeout_s: float) -> dict[str, dict[int, int]]:
         """Stop the route's queries once the batches they are running have committed (each is
