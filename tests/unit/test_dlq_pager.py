@@ -194,6 +194,8 @@ endpoint = "grpc://h:1"
         ('url = "http://n/p"', r"route\[billing\]\.dlq_page\.secret: required key is missing"),
         ('url = "grpc://n:1"\nsecret = "s"', r"dlq_page\.url: grpc://\.\.\.: a page is an HTTP"),
         ('url = "http://u:pw@n/"\nsecret = "s"', r"dlq_page\.url: credentials in the URL"),
+        ('url = "http://n/{topic}"\nsecret = "s"', r"dlq_page\.url: a page carries many letters"),
+        ('url = "http://n/{}"\nsecret = "s"', r"dlq_page\.url: "),
         ('url = "http://n"\nsecret = "whsec_!"', r"dlq_page\.secret: a whsec_ secret must be"),
         ('url = "http://n"\nsecret = ""', r"dlq_page\.secret: must not be empty"),
         ('url = "http://n"\nsecret = "s"\nevery = "0s"', r"dlq_page\.every: must be longer"),
