@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
-from siding.errors import RouteStopped
+from siding.errors import DurableWriteError, RouteStopped
 from siding.kafka.admin import cluster_id, commit_offsets
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
@@ -219,6 +219,7 @@ class RouteRuntime:
                 lock_lost=self.lock_lost,
                 fence=self.fence_plan,
                 pager=self.pager,
+                on_flood=self._flood_stop,
             )
             subscribe, topic = (
                 main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
@@ -255,6 +256,14 @@ class RouteRuntime:
         tail = self._tail(naming.state_topic(route.name, naming.SETTLED))
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
+        forgotten = store.after_flood()
+        if forgotten:
+            log.info(
+                "route %s: %d DEAD answers of parked calls from before the DLQ-flood stop"
+                " forgotten: their records are asked again",
+                route.name,
+                forgotten,
+            )
         self.settlements = store
         handler = ParkBatchHandler(
             route=route,
@@ -270,9 +279,22 @@ class RouteRuntime:
             lock_lost=self.lock_lost,
             fence=self.fence_plan,
             pager=self.pager,
+            on_flood=self._flood_stop,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
+
+    def _flood_stop(self) -> None:
+        """The DLQ-flood guard stops the route: mark it in the ``settled`` topic, so that the
+        DEAD answers its parked calls gave (now, and until the process is gone) are forgotten
+        at the next start and their records asked again (docs/dispatch.md)."""
+        store = self.settlements
+        if store is None:  # the route has never parked: no parked call can answer
+            return
+        try:
+            store.mark_flood()
+        except DurableWriteError as exc:
+            log.warning("route %s: the DLQ-flood stop was not marked: %s", self.route.name, exc)
 
     def _tail(self, topic: str) -> TopicTail:
         tail = TopicTail(self.config.kafka.client_config(), topic)
