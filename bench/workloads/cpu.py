@@ -1,10 +1,15 @@
-"""CPU seconds of a process tree from /proc, leaving out chosen subtrees (Linux only).
+"""CPU seconds and resident memory of a process tree from /proc, leaving out chosen subtrees
+(Linux only).
 
 ``CpuMeter`` samples the tree while a workload runs and adds up what each process used since it
 was first seen (a process that started in the window counts whole, one that ended counts up to
 its last sample). Two snapshots of the tree's totals are not enough: a process of an earlier
 workload that ends inside the window takes its whole lifetime's CPU out of the sum (the
 2026-11-23 22:42 ``make bench`` measured -0.75 CPU s per 1,000 messages that way).
+
+The same samples give the tree's resident memory (RSS, the sum over its processes: pages that
+forked Python workers share are counted in each, as ``ps`` and ``top`` count them): its peak, the
+split by kind at that peak, and on request the whole series (``python -m bench.soak``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,14 +35,16 @@ class ProcStat:
     own: int = 0  # utime + stime: this process alone
     start: int = 0  # start time in ticks since boot: a pid used again is another process
     name: str = ""
+    rss: int = 0  # resident set size in bytes
 
 
-def parse_stat(text: str) -> ProcStat:
+def parse_stat(text: str, page_bytes: int = PAGE_BYTES) -> ProcStat:
     """One /proc/<pid>/stat line; the command name may itself hold spaces and parentheses."""
     pid, _, rest = text.partition(" (")
     close = rest.rindex(")")
     fields = rest[close + 2 :].split()
-    # fields[0] is field 3 (state): ppid is field 4, utime..cstime are fields 14-17, starttime 22.
+    # fields[0] is field 3 (state): ppid is field 4, utime..cstime are fields 14-17, starttime 22,
+    # rss (pages) 24.
     return ProcStat(
         int(pid),
         int(fields[1]),
@@ -44,6 +52,7 @@ def parse_stat(text: str) -> ProcStat:
         own=int(fields[11]) + int(fields[12]),
         start=int(fields[19]),
         name=rest[:close],
+        rss=int(fields[21]) * page_bytes,
     )
 
 
@@ -78,21 +87,54 @@ def kind_of(stat: ProcStat, root: int, root_kind: str = "driver (Python)") -> st
     return stat.name or "other"
 
 
+def rss_by_kind(procs: Iterable[ProcStat], root: int, root_kind: str) -> dict[str, int]:
+    """Resident bytes of ``procs`` per kind (``kind_of``)."""
+    rss: Counter[str] = Counter()
+    for p in procs:
+        rss[kind_of(p, root, root_kind)] += p.rss
+    return dict(rss)
+
+
+@dataclass(frozen=True, slots=True)
+class RssSample:
+    """The tree's resident bytes at one sample: per kind, and per process (pid -> bytes)."""
+
+    at: float  # time.monotonic()
+    by_kind: dict[str, int]
+    by_pid: dict[int, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+
 @dataclass
 class Usage:
-    """Own ticks per process (by pid and start time): at first sight, and at the last sample."""
+    """Own ticks per process (by pid and start time): at first sight, and at the last sample;
+    the tree's resident memory at its peak sample (and every sample when ``keep_series``)."""
 
     first: dict[tuple[int, int], int] = field(default_factory=dict)
     last: dict[tuple[int, int], ProcStat] = field(default_factory=dict)
     started: bool = False
+    peak: RssSample | None = None
+    keep_series: bool = False
+    series: list[RssSample] = field(default_factory=list)
 
-    def sample(self, procs: Iterable[ProcStat]) -> None:
+    def sample(
+        self, procs: Iterable[ProcStat], at: float = 0.0, root: int = 0, root_kind: str = ""
+    ) -> None:
+        procs = list(procs)
         for p in procs:
             key = (p.pid, p.start)
             # Seen at the first sample: what it used before does not count; born later: all.
             self.first.setdefault(key, p.own if not self.started else 0)
             self.last[key] = p
         self.started = True
+        now = RssSample(at, rss_by_kind(procs, root, root_kind), {p.pid: p.rss for p in procs})
+        if self.peak is None or now.total > self.peak.total:
+            self.peak = now
+        if self.keep_series:
+            self.series.append(now)
 
     def ticks_by_kind(self, root: int, root_kind: str = "driver (Python)") -> dict[str, int]:
         used: Counter[str] = Counter()
@@ -105,7 +147,9 @@ class CpuMeter:
     """``meter = CpuMeter(root, exclude).start()`` ... ``meter.stop()`` (or ``with``); then
     ``meter.seconds`` and ``meter.by_kind``. ``meter.now()`` samples at once and returns the
     seconds so far (a split inside the window). ``overhead_s`` is the CPU the sampling itself
-    took in this process: part of the tree when ``root`` is this process."""
+    took in this process: part of the tree when ``root`` is this process. ``peak_rss`` is the
+    tree's resident memory at its highest sample; with ``keep_series`` every sample is kept
+    (``rss_series``)."""
 
     def __init__(
         self,
@@ -113,10 +157,11 @@ class CpuMeter:
         exclude: Collection[int],
         interval_s: float = 0.2,
         root_kind: str = "driver (Python)",
+        keep_series: bool = False,
     ) -> None:
         self._root, self._exclude, self._interval_s = root, set(exclude), interval_s
         self._root_kind = root_kind
-        self._usage = Usage()
+        self._usage = Usage(keep_series=keep_series)
         self._lock = threading.Lock()
         self._overhead_s = 0.0
         self._stop = threading.Event()
@@ -125,7 +170,8 @@ class CpuMeter:
     def _sample(self) -> None:
         began = time.thread_time()
         with self._lock:
-            self._usage.sample(tree(read_stats(), self._root, self._exclude))
+            procs = tree(read_stats(), self._root, self._exclude)
+            self._usage.sample(procs, time.monotonic(), self._root, self._root_kind)
             self._overhead_s += time.thread_time() - began
 
     def now(self) -> float:
@@ -173,6 +219,28 @@ class CpuMeter:
     @property
     def seconds(self) -> float:
         return sum(self.by_kind.values())
+
+    @property
+    def peak_rss(self) -> RssSample | None:
+        with self._lock:
+            return self._usage.peak
+
+    @property
+    def rss_series(self) -> list[RssSample]:
+        with self._lock:
+            return list(self._usage.series)
+
+
+def peak_rss_fields(meter: CpuMeter) -> dict[str, object]:
+    """The report's fields for a meter's peak: MB in all, and MB per kind at that sample."""
+    peak = meter.peak_rss
+    if peak is None:
+        return {"peak_rss_mb": None}
+    mb = 1024 * 1024
+    return {
+        "peak_rss_mb": round(peak.total / mb),
+        "peak_rss_mb_by_process": {k: round(v / mb) for k, v in sorted(peak.by_kind.items())},
+    }
 
 
 def read_stats(proc: Path = Path("/proc")) -> dict[int, ProcStat]:
