@@ -18,13 +18,25 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+MB = 1024 * 1024
+
+_all_overhead_lock = threading.Lock()
+_all_overhead_s = 0.0  # the sampling CPU of every meter in this process, so far
+
+
+def sampling_overhead_s() -> float:
+    """CPU seconds every ``CpuMeter`` of this process has spent sampling so far: a window's
+    difference is what the sampling took from this process (the bench's own, e.g. ``make
+    bench``'s per-workload RSS meter, counted out of siding's driver)."""
+    with _all_overhead_lock:
+        return _all_overhead_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +169,13 @@ class CpuMeter:
         exclude: Collection[int],
         interval_s: float = 0.2,
         root_kind: str = "driver (Python)",
+        *,
         keep_series: bool = False,
+        on_sample: Callable[[list[ProcStat]], None] | None = None,
     ) -> None:
         self._root, self._exclude, self._interval_s = root, set(exclude), interval_s
         self._root_kind = root_kind
+        self._on_sample = on_sample
         self._usage = Usage(keep_series=keep_series)
         self._lock = threading.Lock()
         self._overhead_s = 0.0
@@ -168,11 +183,17 @@ class CpuMeter:
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
 
     def _sample(self) -> None:
+        global _all_overhead_s  # noqa: PLW0603 (one counter for every meter of the process)
         began = time.thread_time()
         with self._lock:
             procs = tree(read_stats(), self._root, self._exclude)
             self._usage.sample(procs, time.monotonic(), self._root, self._root_kind)
-            self._overhead_s += time.thread_time() - began
+            if self._on_sample is not None:
+                self._on_sample(procs)
+            spent = time.thread_time() - began
+            self._overhead_s += spent
+        with _all_overhead_lock:
+            _all_overhead_s += spent
 
     def now(self) -> float:
         """Sample now; the tree's CPU seconds since the start."""
@@ -236,11 +257,84 @@ def peak_rss_fields(meter: CpuMeter) -> dict[str, object]:
     peak = meter.peak_rss
     if peak is None:
         return {"peak_rss_mb": None}
-    mb = 1024 * 1024
     return {
-        "peak_rss_mb": round(peak.total / mb),
-        "peak_rss_mb_by_process": {k: round(v / mb) for k, v in sorted(peak.by_kind.items())},
+        "peak_rss_mb": round(peak.total / MB),
+        "peak_rss_mb_by_process": {k: round(v / MB) for k, v in sorted(peak.by_kind.items())},
     }
+
+
+SIDING = "siding"
+# A child process of the bench, by what its command line holds: which system it is.
+_SYSTEMS = (
+    ("go build", "peer build"),
+    ("plexus.classworlds", "peer build"),  # mvn
+    ("dev.siding.bench.share.ShareMain", "share group"),
+    ("dev.siding.bench.VertxMain", "Parallel Consumer over HTTP"),
+    ("dev.siding.bench.RetryMain", "Parallel Consumer (key retry)"),
+    ("dev.siding.bench.Main", "Parallel Consumer in-process"),
+    ("peers/benthos/target", "Redpanda Connect"),
+    ("sim consumer", "simulated consumer"),
+)
+
+
+def system_of(cmdline: str) -> str:
+    """Which system a child of the bench is, from its command line (``other`` if none)."""
+    return next((label for text, label in _SYSTEMS if text in cmdline), "other")
+
+
+def rss_by_system(
+    procs: Iterable[ProcStat], root: int, labels: Mapping[int, str]
+) -> dict[str, int]:
+    """Resident bytes per system: each labelled child of ``root`` with its subtree under its
+    label; ``root`` and its other children (Spark's JVM and its Python workers) are siding."""
+    procs = list(procs)
+    parent = {p.pid: p.ppid for p in procs}
+    found: Counter[str] = Counter()
+    for p in procs:
+        pid, label = p.pid, SIDING
+        while pid != root and pid in parent:
+            if pid in labels:
+                label = labels[pid]
+                break
+            pid = parent[pid]
+        found[label] += p.rss
+    return dict(found)
+
+
+class SystemPeaks:
+    """A ``CpuMeter``'s ``on_sample`` for a whole workload of the bench (``root``: this
+    process): the peak RSS of each system's process tree. The children ``root`` has at the
+    first sample (Spark's JVM) are siding's; each child born later is labelled by its command
+    line (``system_of``): a peer, the simulated consumer."""
+
+    def __init__(self, root: int, read_cmdline: Callable[[int], str] | None = None) -> None:
+        self._root = root
+        self._read_cmdline = read_cmdline or _cmdline
+        self._at_start: set[int] | None = None
+        self._labels: dict[int, str] = {}
+        self.peaks: dict[str, int] = {}
+
+    def __call__(self, procs: list[ProcStat]) -> None:
+        children = {p.pid for p in procs if p.ppid == self._root}
+        if self._at_start is None:
+            self._at_start = children
+        for pid in children - self._at_start - self._labels.keys():
+            self._labels[pid] = system_of(self._read_cmdline(pid))
+        for label, rss in rss_by_system(procs, self._root, self._labels).items():
+            self.peaks[label] = max(self.peaks.get(label, 0), rss)
+
+    def report(self) -> dict[str, int]:
+        """MB per system (the simulated consumer and other helpers left out)."""
+        left_out = ("simulated consumer", "peer build", "other")
+        return {k: round(v / MB) for k, v in sorted(self.peaks.items()) if k not in left_out}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        text = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return text.replace(b"\0", b" ").decode(errors="replace")
 
 
 def read_stats(proc: Path = Path("/proc")) -> dict[int, ProcStat]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.workloads.cpu import ProcStat, Usage, parse_stat
+from bench.workloads.cpu import ProcStat, SystemPeaks, Usage, parse_stat, rss_by_system, system_of
 from bench.workloads.memory import (
     flatness,
     grown_classes,
@@ -97,3 +97,38 @@ def test_usage_keeps_the_peak_sample_and_the_series_on_request() -> None:
     assert usage.peak.by_kind == {"driver": 100, "Spark JVM": 900}
     assert [s.total for s in usage.series] == [600, 1000, 600]
     assert usage.series[0].by_pid == {1: 100, 2: 500, 3: 0}
+
+
+def test_each_child_of_the_bench_is_named_by_its_command_line() -> None:
+    java = "/usr/bin/java -cp x.jar "
+    assert system_of(java + "dev.siding.bench.share.ShareMain b t g u 84 1") == "share group"
+    assert system_of(java + "dev.siding.bench.VertxMain b t unordered") == (
+        "Parallel Consumer over HTTP"
+    )
+    assert system_of(java + "dev.siding.bench.Main b t") == "Parallel Consumer in-process"
+    assert system_of("/w/bench/peers/benthos/target/benthos -c c.yaml") == "Redpanda Connect"
+    # building the peer is not the peer, though its output path is on the command line
+    assert system_of("/t/go/bin/go build -o /w/bench/peers/benthos/target/benthos .") == (
+        "peer build"
+    )
+    assert system_of("python -c ... sim consumer --listen x") == "simulated consumer"
+    assert system_of("sleep 1") == "other"
+
+
+def test_peaks_give_siding_its_jvm_and_workers_and_each_peer_its_own_tree() -> None:
+    bench = 100
+    cmdlines = {7: "java dev.siding.bench.VertxMain", 8: "python sim consumer"}
+    peaks = SystemPeaks(bench, read_cmdline=lambda pid: cmdlines.get(pid, ""))
+    driver, spark = ProcStat(bench, 1, 0, rss=300), ProcStat(5, bench, 0, name="java", rss=900)
+    worker = ProcStat(6, 5, 0, name="python3", rss=100)
+    peaks([driver, spark, worker])  # the first sample: the Spark JVM is there already
+    peer, peer_thread = ProcStat(7, bench, 0, rss=400), ProcStat(9, 7, 0, rss=50)
+    sim = ProcStat(8, bench, 0, rss=80)
+    peaks([driver, spark, worker, peer, peer_thread, sim])
+    peaks([driver, ProcStat(5, bench, 0, name="java", rss=1000), sim])  # the peer ended
+    assert peaks.peaks == {"siding": 1300, "Parallel Consumer over HTTP": 450,
+                           "simulated consumer": 80}  # fmt: skip
+    assert rss_by_system([driver, spark, worker, peer, peer_thread], bench, {7: "pc"}) == {
+        "siding": 1300,
+        "pc": 450,
+    }
