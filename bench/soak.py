@@ -140,7 +140,11 @@ def _watch(
 def _config(work: Path, bootstrap: str, topic: str, endpoint: str) -> Path:
     route = {"name": "soak", "topic": topic, "group": "soak-group", "endpoint": endpoint}
     path = work / "siding.toml"
-    path.write_text(config_text(bootstrap, route, checkpoint_dir=work / "ckpt", trigger=None))
+    text = config_text(bootstrap, route, checkpoint_dir=work / "ckpt", trigger=None)
+    # [spark] master left out too: the config's default (local[*]), as a new user starts
+    path.write_text(
+        "".join(line for line in text.splitlines(True) if line.split(" ")[0] != "master")
+    )
     return path
 
 
@@ -285,7 +289,7 @@ def _result(
             "latency_ms": [x * 1000 for x in LATENCY_S],
             "transport": args.transport,
             "route": "defaults (name, topic, group, endpoint; the config's default trigger)",
-            "master": "local[2]",
+            "master": "the config's default (local[*])",
             "sampling": f"/proc every {SAMPLE_S:g} s (RSS summed over the tree's processes);"
             f" detail (per process, jstat -gc) every {DETAIL_S:g} s",
         },
