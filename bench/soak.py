@@ -222,11 +222,14 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         meter.stop()
         series = [_compact(s, began) for s in meter.rss_series]
         letters = watcher.dead_letters()
+        deliveries = read_records(record)  # before the folder holding it is removed
+    if not deliveries:
+        raise RuntimeError("the simulated consumer recorded no delivery")
     return _result(
         args,
         behaviour,
         outcome={
-            "deliveries": read_records(record),
+            "deliveries": deliveries,
             "ends": ends,
             "letters": letters,
             "traffic": (traffic_from, traffic_to),
