@@ -221,7 +221,9 @@ class RouteRuntime:
                 pager=self.pager,
             )
             subscribe, topic = (
-                main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
+                main_subscription(route, held, self.partitions)
+                if lane == 0
+                else ("subscribe", read[0])
             )
             reads = (*read, *held) if lane == 0 else read
             self._start_query(spark, lane, topic, reads, handler, subscribe=subscribe)
