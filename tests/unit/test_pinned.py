@@ -11,6 +11,8 @@ import pytest
 from siding.config import RouteConfig, parse_config, parse_route
 from siding.config.pins import assign_option, missing_partitions, shared_partitions
 from siding.control.kafka_view import RouteTopics, route_topics
+from siding.dlq.fate import LetterRef
+from siding.dlq.replay import Letter, Target, replay_record
 from siding.errors import ConfigError
 from siding.pipeline.driver.backfill_range import BackfillError, Bound, check_partitions
 from siding.pipeline.driver.source import (
@@ -20,6 +22,7 @@ from siding.pipeline.driver.source import (
     starting_offsets_of,
 )
 from siding.pipeline.driver.topics import RouteFailed, check_sources
+from siding.routing import story
 
 KAFKA = '[kafka]\nbootstrap = "127.0.0.1:9092"\n'
 
@@ -292,3 +295,34 @@ def test_backfill_offsets_of_a_partition_the_route_is_not_pinned_to_are_refused(
     ):
         check_partitions(bound, extent)
     check_partitions(Bound("offsets", offsets={"t": {2: 3}}, text="t:2:3"), extent)
+
+
+# -- dead letters back to the origin ---------------------------------------------------------------
+
+NOW = 1_767_225_600_000
+
+
+def _letter(topic: str, partition: int) -> Letter:
+    told = story.StoryHeaders(
+        origin=story.Origin(topic, partition, 4, NOW - 10),
+        attempt=1,
+        lane=0,
+        not_before_ms=0,
+        hops=(),
+        reason="dead",
+        died_at_ms=NOW,
+        route="r",
+    )
+    ref = LetterRef("siding.r.dlq", 0, 9, f"{topic}/{partition}/4", NOW)
+    return Letter(ref, b"k", b"v", tuple(story.encode(told)), NOW)
+
+
+def test_a_pinned_route_replays_a_letter_to_a_partition_it_reads() -> None:
+    route = _route('topic = "t"\npartitions = [2, 5]')
+    # its origin partition, which the route reads
+    assert replay_record(_letter("t", 5), Target.ORIGIN, route, NOW).partition == 5
+    # a partition it no longer reads (its pin changed): its first pinned one, never another's
+    assert replay_record(_letter("t", 1), Target.ORIGIN, route, NOW).partition == 2
+    # an unpinned route leaves the partition to the producer (by key), as before
+    whole = _route('topic = "t"')
+    assert replay_record(_letter("t", 1), Target.ORIGIN, whole, NOW).partition is None

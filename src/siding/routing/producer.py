@@ -18,6 +18,8 @@ class OutRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    # None: the producer's partitioner chooses (by key).
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,7 @@ class DurableProducer:
                         value=record.value,
                         headers=list(record.headers),
                         on_delivery=callback,
+                        **_placed(record),
                     )
                     break
                 except BufferError:
@@ -164,3 +167,8 @@ class DurableProducer:
         if old is not None:
             old.purge()
             old.flush(0)
+
+
+def _placed(record: OutRecord) -> dict[str, int]:
+    """The ``partition`` argument of a record placed by its writer (none: by key)."""
+    return {} if record.partition is None else {"partition": record.partition}
