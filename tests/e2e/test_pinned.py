@@ -2,7 +2,8 @@
 partitions (Spark's ``assign``), commits only theirs and leaves another partition's committed
 offset in the group as it was; ``siding offsets show`` lists only its partitions; a pinned
 partition the topic lacks stops the route at start in one line (docs/configuration.md, "A
-route pinned to partitions")."""
+route pinned to partitions"). The route runs in key mode, so its main lane's ``assign`` also
+names its hold topic."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _produce(bootstrap: str, topic: str) -> None:
     producer = new_producer(bootstrap)
     for partition in (0, 1, 2):
         for n in range(PER_PARTITION):
-            producer.produce(topic, f"{partition}/{n}".encode(), partition=partition)
+            value = f"{partition}/{n}".encode()
+            producer.produce(topic, value, key=value, partition=partition)
     assert producer.flush(30) == 0
 
 
@@ -84,6 +86,8 @@ def test_a_route_pinned_to_partitions_0_and_2_reads_and_commits_only_them(
         "topic": topic,
         "group": group,
         "partitions": [2, 0],
+        # key mode: the main lane also reads the route's hold topic (every partition of it)
+        "ordering": "key",
         "endpoint": f"grpc://{server.target}",
         "deadline": "5s",
     }
