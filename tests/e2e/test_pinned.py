@@ -1,13 +1,15 @@
 """A route pinned to partitions (issue 30, item 3) on the real pipeline: it reads only its
 partitions (Spark's ``assign``), commits only theirs and leaves another partition's committed
 offset in the group as it was; ``siding offsets show`` lists only its partitions; a pinned
-partition the topic lacks stops the route at start in one line (docs/configuration.md, "A
+partition the topic lacks stops the route at start in one line; a start that overlaps the claim of a
+route running in another siding process is refused (docs/configuration.md, "A
 route pinned to partitions"). The route runs in key mode, so its main lane's ``assign`` also
 names its hold topic."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 from click.testing import CliRunner
 
+from siding import naming
 from siding.cli import main
 from siding.consumer import ConsumerServer, Reply, ack
 from siding.devkit.broker import EmbeddedKafka
@@ -28,8 +31,11 @@ from siding.kafka.admin import (
     committed_positions,
     ensure_topics,
 )
+from siding.kafka.reader import read_to_end
 from siding.model import Delivery
+from siding.pipeline.driver.pin_claims import PINS_TOPIC, PinClaim, live_claims
 from siding.pipeline.driver.topics import RouteFailed
+from siding.routing.producer import DurableProducer, OutRecord
 from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
@@ -55,6 +61,19 @@ def _offsets_show(config: Path, route: str) -> dict[str, object]:
     result = CliRunner().invoke(main.cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
+
+
+def _write_claim(client_conf: dict[str, str], claim: PinClaim, *, tombstone: bool = False) -> None:
+    """What another siding process running a pinned route writes (or, stopping, its tombstone)."""
+    admin = admin_client(client_conf)
+    ensure_topics(admin, [TopicSpec(PINS_TOPIC, 1, naming.COMPACTED)])
+    producer = DurableProducer(client_conf)
+    try:
+        producer.write(
+            [OutRecord(PINS_TOPIC, claim.key, None if tombstone else claim.encode(), ())]
+        )
+    finally:
+        producer.close()
 
 
 def test_a_route_pinned_to_partitions_0_and_2_reads_and_commits_only_them(
@@ -93,13 +112,35 @@ def test_a_route_pinned_to_partitions_0_and_2_reads_and_commits_only_them(
     }
     checkpoints, config = tmp_path / "checkpoints", tmp_path / "siding.toml"
     config.write_text(config_text(bootstrap, route, checkpoint_dir=checkpoints))
+    client_conf = {"bootstrap.servers": bootstrap}
+
+    def claims() -> list[PinClaim]:
+        now_ms = round(time.time() * 1000)
+        found = live_claims(read_to_end(client_conf, PINS_TOPIC), now_ms, 30_000)
+        return [c for c in found if c.group == group]
+
+    def run() -> PipelineRun:
+        return PipelineRun.from_route(bootstrap, route, checkpoint_dir=checkpoints, spark=spark)
+
     try:
+        # Given another siding process that runs a route of the group pinned to partition 2
+        other = PinClaim("other-proxy", group, topic, (2,), "host-b:7:x", round(time.time() * 1000))
+        _write_claim(client_conf, other)
+        # When the route pinned to partitions 0 and 2 starts, it is refused before Spark is asked
+        with pytest.raises(RouteFailed, match=r"partition\(s\) 2 of topic .* route other-proxy"):
+            run().app.start()
+        # And once the other process stopped (its tombstone)
+        _write_claim(client_conf, other, tombstone=True)
+        assert claims() == []
+
         # When the route pinned to partitions 0 and 2 runs
-        with PipelineRun.from_route(
-            bootstrap, route, checkpoint_dir=checkpoints, spark=spark
-        ) as run:
-            run.wait_committed({0: PER_PARTITION, 2: PER_PARTITION})
+        with run() as running:
+            running.wait_committed({0: PER_PARTITION, 2: PER_PARTITION})
             shown = _offsets_show(config, name)
+            # it holds its claim while it runs
+            assert [(c.route, c.topic, c.partitions) for c in claims()] == [(name, topic, (0, 2))]
+        # and gives it back when it stops
+        assert claims() == []
         # Then every record of partitions 0 and 2 was delivered once, none of partition 1
         assert Counter(seen) == Counter((p, n) for p in (0, 2) for n in range(PER_PARTITION)), (
             sorted(seen)

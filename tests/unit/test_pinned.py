@@ -15,6 +15,13 @@ from siding.dlq.fate import LetterRef
 from siding.dlq.replay import Letter, Target, replay_record
 from siding.errors import ConfigError
 from siding.pipeline.driver.backfill_range import BackfillError, Bound, check_partitions
+from siding.pipeline.driver.pin_claims import (
+    PinClaim,
+    claims_of,
+    conflict,
+    decode,
+    live_claims,
+)
 from siding.pipeline.driver.source import (
     main_subscription,
     source_options,
@@ -326,3 +333,63 @@ def test_a_pinned_route_replays_a_letter_to_a_partition_it_reads() -> None:
     # an unpinned route leaves the partition to the producer (by key), as before
     whole = _route('topic = "t"')
     assert replay_record(_letter("t", 1), Target.ORIGIN, whole, NOW).partition is None
+
+
+# -- pins across siding processes (siding.pins) ----------------------------------------------
+
+T0 = 1_767_225_600_000
+LEASE_MS = 30_000
+
+
+def _claim(route: str, partitions: tuple[int, ...], at_ms: int = T0, group: str = "g") -> PinClaim:
+    return PinClaim(route, group, "t", partitions, "host-b:42:abc", at_ms)
+
+
+def test_a_claim_is_one_record_per_pinned_topic_keyed_by_group_topic_and_route() -> None:
+    route = _route('topics = ["a", "b"]\npartitions = { a = [1], b = [0, 2] }', name="left")
+    claims = claims_of(route, "host-a:1:x", T0)
+    assert [(c.topic, c.partitions) for c in claims] == [("a", (1,)), ("b", (0, 2))]
+    assert claims[0].key == b'["g", "a", "left"]'
+    assert decode(claims[1].encode()) == claims[1]
+    assert decode(b"not json") is None and decode(b'{"route": "x"}') is None
+
+
+def test_live_claims_are_the_last_of_each_key_renewed_within_the_lease() -> None:
+    fresh, old = _claim("b", (1,), T0 - 1_000), _claim("c", (2,), T0 - LEASE_MS - 1)
+    gone = _claim("d", (3,), T0)
+    records = [
+        (fresh.key, _claim("b", (1,), T0 - 20_000).encode()),  # renewed since
+        (fresh.key, fresh.encode()),
+        (old.key, old.encode()),  # not renewed: its process is gone
+        (gone.key, gone.encode()),
+        (gone.key, None),  # stopped cleanly: a tombstone
+        (b"junk", b"{"),
+    ]
+    assert live_claims(records, T0, LEASE_MS) == [fresh]
+
+
+def test_a_start_overlapping_a_running_routes_claim_is_refused_in_one_line() -> None:
+    route = _route('topic = "t"\npartitions = [0, 2]', name="left")
+    why = conflict(route, [_claim("right", (2, 3), T0 - 4_000)], T0)
+    assert why == (
+        "route left: partition(s) 2 of topic t in group g are pinned to route right, running on"
+        " host-b:42:abc (its claim in siding.pins renewed 4s ago): the pins of one group must"
+        " not overlap"
+    )
+    # an unpinned route of the group overlaps every claim of its topic
+    whole = _route('topic = "t"', name="whole")
+    assert conflict(whole, [_claim("right", (3,))], T0) is not None
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        _claim("right", (1, 3)),  # disjoint
+        _claim("left", (0, 2)),  # its own (a restart, or its standby)
+        _claim("right", (0, 2), group="other"),  # another group
+        PinClaim("right", "g", "u", (0, 2), "h", T0),  # another topic
+    ],
+)
+def test_claims_that_do_not_overlap_let_the_route_start(claim: PinClaim) -> None:
+    route = _route('topic = "t"\npartitions = [0, 2]', name="left")
+    assert conflict(route, [claim], T0) is None

@@ -20,10 +20,11 @@ from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
-from siding.pipeline.driver.fence import RouteFence
+from siding.pipeline.driver.fence import RouteFence, driver_id
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.pager import DlqPager
 from siding.pipeline.driver.park_batch import ParkBatchHandler
+from siding.pipeline.driver.pin_claims import PinClaims
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
@@ -105,6 +106,7 @@ class RouteRuntime:
         self._tails: list[TopicTail] = []
         self.pager: DlqPager | None = None
         self.fence: RouteFence | None = None
+        self.pin_claims = PinClaims(config.kafka.client_config(), route, driver or driver_id())
         if config.fenced:
             self.fence = RouteFence(
                 config.kafka.client_config(), route.name, config.fence, driver, self._fence_lost
@@ -160,6 +162,12 @@ class RouteRuntime:
     def _prepare(self) -> None:
         self._prepared = topics.prepare(self._admin, self.route, fenced=self.fence is not None)
         self.partitions = self._prepared.partitions
+
+    def _claim_pins(self) -> None:
+        """Refuse to overlap the pins of routes running in other siding processes; claim the
+        route's own (``pin_claims``; a standby, after it took the fence)."""
+        assert self._prepared is not None
+        self.pin_claims.open(self._prepared.present)
 
     def _record_owner(self) -> None:
         if self._claim is not None:
@@ -374,6 +382,7 @@ class RouteRuntime:
             lock.release()
         if self.fence is not None:
             self.fence.release()
+        self.pin_claims.close()
 
     def remove(self, timeout_s: float) -> dict[str, dict[int, int]]:
         """Stop the route's queries once the batches they are running have committed (each is
@@ -478,6 +487,7 @@ _PREPARE_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
 )
 _CLAIM_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
     RouteRuntime._take_fence,
+    RouteRuntime._claim_pins,
     RouteRuntime._record_owner,
     RouteRuntime._reconcile,
 )
