@@ -153,7 +153,7 @@ class DurableProducer:
                         value=record.value,
                         headers=list(record.headers),
                         on_delivery=callback,
-                        **_placed(record),
+                        partition=_placed(record),
                     )
                     break
                 except BufferError:
@@ -169,6 +169,7 @@ class DurableProducer:
             old.flush(0)
 
 
-def _placed(record: OutRecord) -> dict[str, int]:
-    """The ``partition`` argument of a record placed by its writer (none: by key)."""
-    return {} if record.partition is None else {"partition": record.partition}
+def _placed(record: OutRecord) -> int:
+    """The ``partition`` argument of a record placed by its writer; -1 (librdkafka's
+    ``RD_KAFKA_PARTITION_UA``): the partitioner chooses, by key."""
+    return -1 if record.partition is None else record.partition
