@@ -205,14 +205,16 @@ MAX_LINGER_S = 1.0
 
 
 class BatchConfig(BaseModel):
-    """``batch = { max = 64, linger = "5ms" }``: many deliveries per gRPC frame or HTTP request
+    """``batch = { max = 64, linger = "0s" }``: many deliveries per gRPC frame or HTTP request
     (docs/batch.md). A batch leaves when it holds ``max`` deliveries or its oldest has waited
-    ``linger``."""
+    ``linger`` (0: what is ready leaves at once). ``batch = false`` (``enabled = false``) sends
+    one delivery per call; ``batch = true`` is the defaults."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
+    enabled: bool = True
     max: Count = Field(default=64, ge=1, le=MAX_BATCH)
-    linger: Duration = 0.005
+    linger: Duration = 0.0
 
     @field_validator("linger")
     @classmethod
@@ -221,6 +223,9 @@ class BatchConfig(BaseModel):
             raise ValueError(f"must be at most {MAX_LINGER_S:g}s (a batch waits at most this long)")
         return value
 
+
+# What a gRPC stream route without a ``batch`` key gets (docs/batch.md, "The default").
+DEFAULT_BATCH = BatchConfig()
 
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
 DEFAULT_PROGRESS_EVERY = 100
@@ -282,6 +287,7 @@ class RouteConfig(BaseModel):
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
+    # None: the default, batched on a gRPC stream, one per request over HTTP (``batching``).
     batch: BatchConfig | None = None
     # Webhooks only: the method, static headers and Idempotency-Key (docs/webhooks.md).
     http: HttpConfig = HttpConfig()
@@ -389,6 +395,15 @@ class RouteConfig(BaseModel):
             raise ValueError("a topic is listed twice")
         return value
 
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch_switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {"enabled": value}
+        if value is not None and not isinstance(value, Mapping | BatchConfig):
+            raise ValueError("expected a table, or true / false")
+        return value
+
     @field_validator("endpoint", mode="before")
     @classmethod
     def _endpoints(cls, value: Any) -> Any:
@@ -453,11 +468,12 @@ class RouteConfig(BaseModel):
             raise Problem(("endpoint",), "an endpoint is listed twice")
         if "transport" in self.model_fields_set and not first.is_grpc:
             raise Problem(("transport",), "only applies to gRPC endpoints")
-        if self.batch is not None and first.is_grpc and self.transport == "unary":
+        asked = self.batch is not None and self.batch.enabled
+        if asked and first.is_grpc and self.transport == "unary":
             raise Problem(("batch",), "batched delivery needs transport = 'stream' (the default)")
         if "http" in self.model_fields_set and first.is_grpc:
             raise Problem(("http",), "only for HTTP endpoints")
-        if self.batch is not None and not first.is_grpc:
+        if asked and not first.is_grpc:
             for n, endpoint in enumerate(self.endpoint):
                 if not endpoint.url_template().is_static:
                     where = ("endpoint", n) if len(self.endpoint) > 1 else ("endpoint",)
@@ -538,6 +554,17 @@ class RouteConfig(BaseModel):
             return f"pattern:{self.topic_pattern}"
         return ",".join(self.source_topics)
 
+    def batching(self, endpoint: Endpoint) -> BatchConfig | None:
+        """Pure: how deliveries to ``endpoint`` are gathered, or ``None`` for one per call.
+        Without a ``batch`` key a gRPC stream batches (a consumer without ``DeliverBatches``
+        gets ``DeliverStream``) and HTTP does not (a webhook that does not read the batch
+        envelope would take a batch for one event: docs/batch.md, "The default")."""
+        if self.batch is not None:
+            return self.batch if self.batch.enabled else None
+        if endpoint.is_grpc and self.transport == "stream":
+            return DEFAULT_BATCH
+        return None
+
     @property
     def message_limit(self) -> int:
         """Records larger than this go to the DLQ unsent; 0 is no limit. gRPC consumers keep
@@ -578,6 +605,11 @@ class RouteConfig(BaseModel):
             del data["transport"]
         if self.endpoint and self.endpoint[0].is_grpc:
             del data["http"]
+        if self.endpoint:  # the batching in effect, the default's included
+            batching = self.batching(self.endpoint[0])
+            data["batch"] = (
+                False if batching is None else batching.model_dump(mode="json", exclude={"enabled"})
+            )
         if self.dlq_page is not None:
             data["dlq_page"]["url"] = shown_url(self.dlq_page.url)
         return data
