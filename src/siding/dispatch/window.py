@@ -18,6 +18,7 @@ from typing import Literal
 
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
+from siding.dispatch.inbatch import give_up, retry_in_batch
 from siding.dispatch.errors import DispatchInterrupted
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
@@ -111,7 +112,8 @@ class _Window:
     ) -> None:
         self._transport = transport
         self._drain = drain
-        self._work = work
+        # An item retried inside this dispatch is replaced by its retry (``_retry_here``).
+        self._work = list(work)
         self._settings = settings
         self._breaker = breaker
         self._stop = stop
@@ -149,6 +151,9 @@ class _Window:
         self._parked: list[ParkedCall] = []
         self._last_answer_at = 0.0
         self._park_after_s = park_timer.park_after_s(settings.park)
+        # Key mode: retries waiting in the batch for their time; index -> (the work that
+        # failed, its step), what the item becomes if the retry must leave the batch.
+        self._waiters: dict[int, tuple[Work, ToLane]] = {}
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -166,6 +171,7 @@ class _Window:
                     )
                 self._take_answers()
                 self._check_breaker_wait()
+                self._maybe_give_up()
                 if not self._unsettled:
                     break
                 if self._may_park and self._drain is not None and self._drain.is_set():
@@ -231,6 +237,7 @@ class _Window:
             if may is not True:
                 return may
             heapq.heappop(self._due)
+            self._waiters.pop(index, None)  # its time came: it is the retry's send
             self._start_send(index)
         return None
 
@@ -417,7 +424,38 @@ class _Window:
                 self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
             case Done() | ToLane() | ToDlq():
                 self._backoffs.pop(index, None)
-                self._settle(index, step)
+                if not (isinstance(step, ToLane) and self._retry_here(index, step, now_ms)):
+                    self._settle(index, step)
+
+    def _retry_here(self, index: int, step: ToLane, now_ms: int) -> bool:
+        """Key mode: keep a retried record in the batch, due at its lane's time, its key's line
+        waiting for it (docs/dispatch.md, "A retry that falls due inside its batch")."""
+        if index in self._suspects:
+            return False
+        retried = retry_in_batch(self._work[index], step, self._settings, now_ms)
+        if retried is None:
+            return False
+        self._waiters[index] = (self._work[index], step)
+        self._work[index] = retried
+        self._stats.retried_in_batch()
+        self._schedule(index, retried.not_before_ms)
+        return True
+
+    def _maybe_give_up(self) -> None:
+        """The retries still waiting leave the batch once nothing else keeps it running: each
+        takes the step it was answered (its record goes to the hold topic), and the records of
+        its key behind it are held."""
+        others_out = bool(self._in_flight or self._answers or self._suspects)
+        due = ((due_ms, index) for due_ms, _, index in self._due)
+        if not give_up(due, self._waiters, others_out=others_out, now_ms=self._now_ms()):
+            return
+        waiters, self._waiters = self._waiters, {}
+        self._due = [entry for entry in self._due if entry[2] not in waiters]
+        heapq.heapify(self._due)
+        for index, (work, step) in sorted(waiters.items()):
+            self._work[index] = work
+            self._stats.left_batch()
+            self._settle(index, step)
 
     def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
         """A message that has been told "back off" for longer than a deadline while the endpoint

@@ -68,7 +68,7 @@ def route_out(
     route = plan.route.name
     for item in settled:
         delivery = item.work.delivery
-        before = hops.get(delivery.id, ())
+        before = (*hops.get(delivery.id, ()), *item.work.hops)
         match item.step:
             case Done(outputs=outputs):
                 # Written with the lane records, acknowledged before the task returns (outputs.md).
