@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Settled, Work
+from siding.dispatch.inbatch import give_up, retry_in_batch
 from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, WaitEvent, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
 from siding.pipeline.driver.keystate import KeyWaits
@@ -143,12 +144,14 @@ def test_the_main_lane_starts_the_hold_topic_from_its_beginning() -> None:
 class World:
     """A route in key mode, reduced to what ordering needs: the source, the hold topic (held
     records and retried ones waiting out their delay), the key state, a clock in ticks of one
-    main-lane batch, and what the consumer ACKed first."""
+    main-lane batch, and what the consumer ACKed first (and the lanes each ACKed record passed).
+    ``fails`` says how many times each record answers RETRY (1 or 2) before its ACK."""
 
-    fails: set[int]
+    fails: dict[int, int]
     waits: KeyWaits = field(default_factory=lambda: KeyWaits("state"))
     held: list[OutRecord] = field(default_factory=list)
     acked: list[Delivery] = field(default_factory=list)
+    stories: dict[int, tuple[LaneHop, ...]] = field(default_factory=dict)
     sends: int = 0
     clock: int = 1_000
 
@@ -172,17 +175,25 @@ class World:
             )
             for i in later
         ]
-        settled = self.dispatch(task, [w.delivery for w in work], data)
-        self.held += [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
+        settled = self.dispatch(task, work, data)
+        hops = {i.delivery.id: i.hops for i in items if i.hops}
+        self.held += [r for r in route_out(task, settled, hops, self.clock) if r.topic == HOLD]
+        for s in settled:
+            if isinstance(s.step, Done):
+                d = s.work.delivery
+                self.stories[d.offset] = (*hops.get(d.id, ()), *s.work.hops)
         self.waits.apply(wait_events(task, settled))
         return settled
 
-    def dispatch(
-        self, task: TaskPlan, deliveries: Sequence[Delivery], data: st.DataObject
-    ) -> list[Settled]:
-        lines = KeyLines(deliveries, Ordering.KEY, task.waiting)
+    def dispatch(self, task: TaskPlan, work: Sequence[Work], data: st.DataObject) -> list[Settled]:
+        """The window's key rules, sends in any order: a failed record's retry waits in the
+        batch (``retry_in_batch``) and either falls due while other sends are out, or leaves
+        the batch when nothing else is (``give_up``), its key's records then held behind it."""
+        works = list(work)
+        lines = KeyLines([w.delivery for w in works], Ordering.KEY, task.waiting)
         steps: dict[int, Any] = {}
         out: list[int] = []
+        waiters: dict[int, tuple[Work, ToLane]] = {}
 
         def take(released: Released) -> None:
             out.extend(released.send)
@@ -190,32 +201,53 @@ class World:
                 steps[index] = follow(blocker)
 
         take(lines.start())
-        while out:
+        while out or waiters:
+            due = [(self.clock + 1, i) for i in waiters]
+            if give_up(due, waiters, others_out=bool(out), now_ms=self.clock):
+                for index, (failed, step) in sorted(waiters.items()):
+                    works[index] = failed
+                    steps[index] = step
+                    blocker = Blocker(failed.delivery.id, step.lane, step.not_before_ms)
+                    take(lines.settle(index, blocker))
+                waiters = {}
+                continue
+            if len(waiters) > 0 and data.draw(st.booleans()):
+                # a waiting retry falls due while other sends are out: it goes in this batch
+                index = data.draw(st.sampled_from(sorted(waiters)))
+                del waiters[index]
+                out.append(index)
+                continue
             index = out.pop(data.draw(st.integers(0, len(out) - 1)))
-            delivery = deliveries[index]
+            delivery = works[index].delivery
             self.sends += 1
-            if delivery.offset in self.fails and delivery.attempt == 1:
-                due = self.clock + data.draw(st.integers(0, 3))
-                steps[index] = ToLane(1, 2, due, "sim: retry")
-                take(lines.settle(index, Blocker(delivery.id, 1, due)))
+            if delivery.attempt <= self.fails.get(delivery.offset, 0):
+                due_ms = self.clock + data.draw(st.integers(0, 3))
+                step = ToLane(delivery.lane + 1, delivery.attempt + 1, due_ms, "sim: retry")
+                retried = retry_in_batch(works[index], step, task.settings, self.clock)
+                if retried is not None:
+                    waiters[index] = (works[index], step)
+                    works[index] = retried
+                    continue
+                steps[index] = step
+                take(lines.settle(index, Blocker(delivery.id, step.lane, due_ms)))
             else:
                 steps[index] = Done()
                 self.acked.append(delivery)
                 take(lines.settle(index, None))
-        return [Settled(Work(d), steps[i]) for i, d in enumerate(deliveries)]
+        return [Settled(w, steps[i]) for i, w in enumerate(works)]
 
 
 @settings(deadline=None, max_examples=150)
 @given(
     st.integers(1, 40),
-    st.sets(st.integers(0, 39)),
+    st.dictionaries(st.integers(0, 39), st.integers(1, 2)),
     st.lists(st.integers(0, 6), max_size=30),
     st.data(),
 )
 def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
-    count: int, fails: set[int], chunks: list[int], data: st.DataObject
+    count: int, fails: dict[int, int], chunks: list[int], data: st.DataObject
 ) -> None:
-    world = World({f for f in fails if f < count})
+    world = World({o: n for o, n in fails.items() if o < count})
     offsets = list(range(count))
     # Source records arrive in chunks, one main-lane batch each
     for chunk in chunks:
@@ -232,11 +264,15 @@ def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
     for key in (b"k0", b"k1"):
         firsts = [d.offset for d in world.acked if d.key == key]
         assert firsts == sorted(firsts)
-    # Only records that failed were charged an attempt; they were retried in lane 1
+    # Only records that failed were charged an attempt, one per failure, each retried in its
+    # lane (in the batch that failed it, or from the hold topic), with one hop per lane passed
     for d in world.acked:
-        assert (d.attempt, d.lane) == ((2, 1) if d.offset in world.fails else (1, 0))
+        failures = world.fails.get(d.offset, 0)
+        assert (d.attempt, d.lane) == (failures + 1, failures)
+        hops = world.stories[d.offset]
+        assert [(h.lane, h.attempt) for h in hops] == [(n, n + 1) for n in range(failures)]
     # No record was sent more often than its failures make it
-    assert world.sends == count + len(world.fails)
+    assert world.sends == count + sum(world.fails.values())
     # A new record of the key now goes straight out in the main lane
     (fresh,) = world.main([count], data)
     assert isinstance(fresh.step, Done)

@@ -17,7 +17,9 @@ from siding.model import LaneHop, Ordering
 from siding.steps import ToLane
 
 
-def retry_in_batch(work: Work, step: ToLane, settings: DispatchSettings, now_ms: int) -> Work | None:
+def retry_in_batch(
+    work: Work, step: ToLane, settings: DispatchSettings, now_ms: int
+) -> Work | None:
     """The retry of ``work`` (answered ``step`` at ``now_ms``) as this batch would deliver it,
     or ``None`` when it must leave the batch at once.
 

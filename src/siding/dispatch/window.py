@@ -18,8 +18,8 @@ from typing import Literal
 
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
-from siding.dispatch.inbatch import give_up, retry_in_batch
 from siding.dispatch.errors import DispatchInterrupted
+from siding.dispatch.inbatch import give_up, retry_in_batch
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
