@@ -10,7 +10,7 @@ import pytest
 
 from siding.dispatch import DispatchSettings, WaitingRecord, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, delivery_id
-from siding.steps import Done, Held, ToDlq, ToLane
+from siding.steps import Done, Held, Resent, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=1.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))
@@ -250,3 +250,39 @@ async def test_retries_stay_out_of_retry_lanes_and_unkeyed_records() -> None:
     report = await dispatch(transport, [Work(rec(1, None)), Work(rec(9, b"j"))], SHORT_KEYED)
     assert isinstance(report.settled[0].step, ToLane)
     assert report.stats.retried_in_batch == 0
+
+
+async def test_a_retry_read_back_before_its_time_is_delivered_when_it_falls_due() -> None:
+    # Given the main lane reads k/1 back from the hold topic (attempt 2, lane 1) 100 ms before
+    # its time, k/2 held behind it, k/3 new, and j/9 keeps the batch running
+    due_ms = int(time.time() * 1000) + 100
+    waiting = {(0, b"k"): [WaitingRecord(1, 1, due_ms), WaitingRecord(2, 0, 0)]}
+    work = [
+        Work(rec(1, b"k", attempt=2, lane=1), due_ms, deadline_s=4.0),
+        Work(rec(2, b"k")),
+        Work(rec(3, b"k")),
+        Work(rec(9, b"j")),
+    ]
+    transport = ScriptedTransport(latency_s=slow_j)
+    report = await dispatch(transport, work, SHORT_KEYED, waiting=waiting)
+    # Then it goes in this batch, not before its time, and its key's records follow in order
+    sent = [(d.offset, d.attempt, d.lane) for d in transport.started if d.key == b"k"]
+    assert sent == [(1, 2, 1), (2, 1, 0), (3, 1, 0)]
+    first = next(s for s in transport.sends if s.delivery.offset == 1)
+    assert first.started_at * 1000 >= due_ms - 1
+    assert all(isinstance(s.step, Done) for s in report.settled)
+
+
+async def test_a_retry_read_back_leaves_unchanged_when_nothing_else_is_out() -> None:
+    due_ms = int(time.time() * 1000) + 30_000
+    waiting = {(0, b"k"): [WaitingRecord(1, 1, due_ms), WaitingRecord(2, 0, 0)]}
+    work = [Work(rec(1, b"k", attempt=2, lane=1), due_ms), Work(rec(2, b"k"))]
+    transport = ScriptedTransport()
+    began = time.time()
+    report = await dispatch(transport, work, SHORT_KEYED, waiting=waiting)
+    assert time.time() - began < 1.0
+    assert transport.started == []
+    # Then it is written back as it came, due at its time, and the record behind it is held
+    assert report.settled[0].step == Resent(due_ms)
+    assert report.settled[1].step == Held(f"following {rec(1, b'k').id}")
+    assert report.stats.left_batch == 1

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Settled, Work
-from siding.dispatch.inbatch import give_up, retry_in_batch
+from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
 from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, WaitEvent, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
 from siding.pipeline.driver.keystate import KeyWaits
@@ -26,12 +26,10 @@ from siding.pipeline.executor.task import (
     route_out,
     slice_work,
     wait_events,
-    waiting_in_hold,
 )
 from siding.routing import story
 from siding.routing.producer import OutRecord
-from siding.routing.records import requeue_record
-from siding.steps import Done, Held, ToLane
+from siding.steps import Done, Held, Resent, ToLane
 
 CONFIG = """
 [kafka]
@@ -100,12 +98,16 @@ def test_the_main_lane_reads_the_hold_topic_back_with_each_records_story() -> No
     # attempt 1 in the main lane; the retried one is attempt 2 in lane 1, due at its not-before
     got = [(i.delivery.attempt, i.delivery.lane, i.not_before_ms) for i in items]
     assert got == [(1, 0, 0), (1, 0, 0), (2, 1, 5_000)]
-    # When the main lane's batch runs before the retry is due, only the retried one waits
-    assert waiting_in_hold(task, items, now_ms=4_999) == [items[2]]
-    assert waiting_in_hold(task, items, now_ms=5_000) == []
-    # ...and once due it is delivered with lane 1's deadline, the others with the main lane's
-    deadlines = [w.deadline_s for w in slice_work(task, items, set())]
-    assert deadlines == [None, None, ROUTE.lanes_as_model()[0].deadline_s]
+    # The retried one is dispatched with lane 1's deadline, not before its time, the others
+    # with the main lane's, at once
+    work = slice_work(task, items, set())
+    got_work = [(w.deadline_s, w.not_before_ms) for w in work]
+    assert got_work == [(None, 0), (None, 0), (ROUTE.lanes_as_model()[0].deadline_s, 5_000)]
+    # When the main lane's batch runs before the retry is due, only the retried one waits for
+    # its time in the batch (and is written back unchanged if it must leave before it)
+    settings = task.settings
+    assert [read_before_due(w, settings, now_ms=4_999) for w in work] == [None, None, Resent(5_000)]
+    assert [read_before_due(w, settings, now_ms=5_000) for w in work] == [None] * 3
     # without a hold topic, the same row is a source record (siding headers not trusted)
     assert incoming([as_row(held[1])], 0)[0].delivery.attempt == 1
 
@@ -163,18 +165,7 @@ class World:
         self.held = []
         task = plan(0, self.waits)
         items = incoming(rows, 0, HOLD)
-        later = waiting_in_hold(task, items, self.clock)
-        work = slice_work(task, items, {i.delivery.id for i in later})
-        self.held += [
-            requeue_record(
-                i.delivery,
-                not_before_ms=i.not_before_ms,
-                hops=i.hops,
-                route="r",
-                lane_topic=retry_topic(task, i.delivery),
-            )
-            for i in later
-        ]
+        work = slice_work(task, items, set())
         settled = self.dispatch(task, work, data)
         hops = {i.delivery.id: i.hops for i in items if i.hops}
         self.held += [r for r in route_out(task, settled, hops, self.clock) if r.topic == HOLD]
@@ -186,34 +177,44 @@ class World:
         return settled
 
     def dispatch(self, task: TaskPlan, work: Sequence[Work], data: st.DataObject) -> list[Settled]:
-        """The window's key rules, sends in any order: a failed record's retry waits in the
-        batch (``retry_in_batch``) and either falls due while other sends are out, or leaves
-        the batch when nothing else is (``give_up``), its key's records then held behind it."""
+        """The window's key rules, sends in any order, a batch lasting one tick of the clock: a
+        failed record's retry (``retry_in_batch``), and a retried record read back before its
+        time (``read_before_due``), wait in the batch; each either falls due while other sends
+        are out, or leaves the batch when nothing else is (``give_up``), its key's records then
+        held behind it."""
         works = list(work)
         lines = KeyLines([w.delivery for w in works], Ordering.KEY, task.waiting)
         steps: dict[int, Any] = {}
         out: list[int] = []
-        waiters: dict[int, tuple[Work, ToLane]] = {}
+        waiters: dict[int, tuple[Work, ToLane | Resent]] = {}
 
         def take(released: Released) -> None:
-            out.extend(released.send)
+            for index in released.send:
+                early = read_before_due(works[index], task.settings, self.clock)
+                if early is None:
+                    out.append(index)
+                else:
+                    waiters[index] = (works[index], early)
             for index, blocker in released.follow:
-                steps[index] = follow(blocker)
+                early = read_before_due(works[index], task.settings, self.clock)
+                steps[index] = follow(blocker) if early is None else early
 
         take(lines.start())
         while out or waiters:
-            due = [(self.clock + 1, i) for i in waiters]
+            due = [(works[i].not_before_ms, i) for i in waiters]
             if give_up(due, waiters, others_out=bool(out), now_ms=self.clock):
-                for index, (failed, step) in sorted(waiters.items()):
-                    works[index] = failed
+                for index, (left, step) in sorted(waiters.items()):
+                    works[index] = left
                     steps[index] = step
-                    blocker = Blocker(failed.delivery.id, step.lane, step.not_before_ms)
-                    take(lines.settle(index, blocker))
+                    lane = step.lane if isinstance(step, ToLane) else left.delivery.lane
+                    take(lines.settle(index, Blocker(left.delivery.id, lane, step.not_before_ms)))
                 waiters = {}
                 continue
-            if len(waiters) > 0 and data.draw(st.booleans()):
-                # a waiting retry falls due while other sends are out: it goes in this batch
-                index = data.draw(st.sampled_from(sorted(waiters)))
+            # a waiting retry due before this batch's tick ends may fall due while other sends
+            # are out (or is due already): it goes in this batch
+            ready = sorted(i for i in waiters if works[i].not_before_ms <= self.clock + 1)
+            if ready and (not out or data.draw(st.booleans())):
+                index = data.draw(st.sampled_from(ready))
                 del waiters[index]
                 out.append(index)
                 continue

@@ -33,14 +33,11 @@ from siding.pipeline.executor.progress import (
 from siding.pipeline.executor.progress_task import Tracker, known_of_attempt
 from siding.pipeline.executor.rows import Incoming, incoming
 from siding.pipeline.executor.task import (
-    retry_topic,
     route_out,
     slice_work,
     wait_events,
-    waiting_in_hold,
 )
 from siding.routing.producer import OutRecord
-from siding.routing.records import requeue_record
 from tests.unit.test_key_hold import HOLD, World, as_row, source_row
 from tests.unit.test_key_hold import plan as key_plan
 
@@ -359,18 +356,7 @@ class ReplayWorld(World):
             waiting=task.waiting,
         )
         items = [items[i] for i in keep]
-        later = waiting_in_hold(task, items, self.clock)
-        work = slice_work(task, items, {i.delivery.id for i in later})
-        requeued = [
-            requeue_record(
-                i.delivery,
-                not_before_ms=i.not_before_ms,
-                hops=i.hops,
-                route="r",
-                lane_topic=retry_topic(task, i.delivery),
-            )
-            for i in later
-        ]
+        work = slice_work(task, items, set())
         acked_before = len(self.acked)
         settled = self.dispatch(task, work, data)
         if crash:
@@ -380,9 +366,7 @@ class ReplayWorld(World):
             self.known = self.known.union(Known(done_map(recorded)))
             self.held = held_before
             return False
-        self.held += requeued + [
-            r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD
-        ]
+        self.held += [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
         self.waits.apply(wait_events(task, settled))
         self.known = Known()  # committed: the next batch starts without progress
         return True

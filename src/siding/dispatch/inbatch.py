@@ -1,9 +1,10 @@
-"""Key mode: a record retried inside the batch that failed it (issue 27, item 5).
+"""Key mode: a retry delivered by the batch during which it falls due (issue 27, item 5).
 
 Pure rules (no I/O), written down in docs/dispatch.md ("A retry that falls due inside its
 batch"). The window asks ``retry_in_batch`` whether a ``ToLane`` answer may wait in the batch for
-its time, and ``give_up`` whether the waiting retries must leave it (they then take the hold
-topic's path, as before).
+its time, ``read_before_due`` whether a retried record read back from the hold topic waits for
+its time in the batch, and ``give_up`` whether the waiting retries must leave it (they then take
+the hold topic's path, as before).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import replace
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.work import Work
 from siding.model import LaneHop, Ordering
-from siding.steps import ToLane
+from siding.steps import Resent, ToLane
 
 
 def retry_in_batch(
@@ -40,6 +41,17 @@ def retry_in_batch(
         deadline_s=settings.lanes[step.lane - 1].deadline_s,
         hops=(*work.hops, hop),
     )
+
+
+def read_before_due(work: Work, settings: DispatchSettings, now_ms: int) -> Resent | None:
+    """A retried record the main lane read back from the hold topic before its time: the step
+    it takes if it leaves the batch before it falls due (written back unchanged), else ``None``
+    (it is due, or not such a record)."""
+    if settings.ordering is not Ordering.KEY or work.delivery.key is None or settings.lane != 0:
+        return None
+    if work.delivery.lane == 0 or work.not_before_ms <= now_ms:
+        return None
+    return Resent(work.not_before_ms)
 
 
 def give_up(

@@ -19,7 +19,7 @@ from typing import Literal
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.errors import DispatchInterrupted
-from siding.dispatch.inbatch import give_up, retry_in_batch
+from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
@@ -30,7 +30,7 @@ from siding.dispatch.work import DispatchReport, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
 from siding.model import Ordering, Outcome, OutcomeKind
 from siding.policy import next_step
-from siding.steps import Backoff, Done, FinalStep, Parked, Stop, ToDlq, ToLane
+from siding.steps import Backoff, Done, FinalStep, Parked, Resent, Step, Stop, ToDlq, ToLane
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
 from siding.transport.outputs import screen_outputs
@@ -120,7 +120,7 @@ class _Window:
         self._clock = clock
         self._rand = rand
         self._lines = KeyLines([w.delivery for w in work], settings.ordering, waiting)
-        self._steps: list[FinalStep | None] = [None] * len(work)
+        self._steps: list[Step | None] = [None] * len(work)
         self._unsettled = len(work)
         # (due epoch ms, sequence, index): items waiting for their time without holding a slot.
         self._due: list[tuple[int, int, int]] = []
@@ -152,8 +152,9 @@ class _Window:
         self._last_answer_at = 0.0
         self._park_after_s = park_timer.park_after_s(settings.park)
         # Key mode: retries waiting in the batch for their time; index -> (the work that
-        # failed, its step), what the item becomes if the retry must leave the batch.
-        self._waiters: dict[int, tuple[Work, ToLane]] = {}
+        # failed, its step), what the item becomes if the retry must leave the batch (for a
+        # retried record read back before its time: itself, written back unchanged).
+        self._waiters: dict[int, tuple[Work, ToLane | Resent]] = {}
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -495,21 +496,32 @@ class _Window:
             self._settings.deadline_s,
         )
 
-    def _settle(self, index: int, step: FinalStep) -> None:
+    def _settle(self, index: int, step: FinalStep | Resent) -> None:
         self._steps[index] = step
         self._unsettled -= 1
+        delivery = self._work[index].delivery
         blocker = None
         if isinstance(step, ToLane):
-            blocker = Blocker(self._work[index].delivery.id, step.lane, step.not_before_ms)
+            blocker = Blocker(delivery.id, step.lane, step.not_before_ms)
+        elif isinstance(step, Resent):
+            blocker = Blocker(delivery.id, delivery.lane, step.not_before_ms)
         self._release(self._lines.settle(index, blocker))
 
     def _release(self, released: Released) -> None:
+        now_ms = self._now_ms()
         for index in released.send:
-            self._schedule(index, self._work[index].not_before_ms)
+            work = self._work[index]
+            early = read_before_due(work, self._settings, now_ms)
+            if early is not None:
+                self._waiters[index] = (work, early)
+            self._schedule(index, work.not_before_ms)
         for index, blocker in released.follow:
-            self._steps[index] = follow(blocker)
+            early = read_before_due(self._work[index], self._settings, now_ms)
+            # A retried record read back before its time keeps its time if it must wait.
+            self._steps[index] = follow(blocker) if early is None else early
             self._unsettled -= 1
-            self._stats.followed()
+            if early is None:
+                self._stats.followed()
 
     def _schedule(self, index: int, due_ms: int) -> None:
         if index in self._suspects:
