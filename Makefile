@@ -5,14 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup jars dist demo test test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy lint proto bench clean
+.PHONY: setup jars dist image image-tools demo test test-builds test-unit test-integration test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy lint proto bench clean
 
 GO ?= go
 GO_TOOLS := $(CURDIR)/.tools/go/bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/sdk-node $(STAMPS)/sdk-java
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 # requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
 # it and siding itself are then installed editable.
@@ -36,6 +36,27 @@ dist: $(STAMPS)/venv
 	rm -rf dist
 	$(PY) -m build --outdir dist sdk/python
 	$(PY) -m build --outdir dist .
+
+# The container image's tools, from Debian: podman and buildah (with runc: crun is refused on
+# these machines) and debootstrap, which makes the image's base from this machine's Debian
+# mirror. Their settings are the project's (deploy/image/containers.conf, through
+# CONTAINERS_CONF), not /etc's. Where apt is not available the image test skips, except under
+# CI=true.
+$(STAMPS)/image-tools:
+	@if command -v podman >/dev/null && command -v buildah >/dev/null && command -v runc >/dev/null \
+	    && command -v debootstrap >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends podman buildah runc debootstrap uidmap >/dev/null; \
+	else echo "note: install podman, buildah, runc and debootstrap (as root) to build the image"; fi
+	@mkdir -p $(STAMPS) && touch $@
+
+image-tools: $(STAMPS)/image-tools
+
+# siding's image, localhost/siding:<version> (and :latest), from Debian packages only
+# (deploy/image/; docs/deploy.md, "The image").
+image: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/image-tools
+	PYTHON=$(CURDIR)/$(PY) deploy/image/build.sh
 
 # Test tools from Debian: promtool checks the alert rules, headless Chromium renders the page.
 # Where apt is not available the tests that need them skip, except under CI=true.
@@ -62,6 +83,14 @@ DEPLOY_CHECK := deploy/kubernetes/check
 $(STAMPS)/go-deploy: $(DEPLOY_CHECK)/go.mod $(DEPLOY_CHECK)/go.sum
 	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
 	cd $(DEPLOY_CHECK) && $(GO) mod download
+	@mkdir -p $(STAMPS) && touch $@
+
+# S3Proxy (Apache-2.0): the S3 server the object-storage tests start on loopback, its jars from
+# Maven Central into .tools/s3proxy (docs/operations.md, "Checkpoints on object storage").
+$(STAMPS)/s3proxy: jvm/s3proxy/pom.xml
+	rm -rf .tools/s3proxy
+	mvn -q -B -Dstyle.color=never -f jvm/s3proxy/pom.xml dependency:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/.tools/s3proxy
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,
@@ -93,8 +122,17 @@ demo: setup
 # time: most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
 PYTEST_WORKERS ?= 2
 
-test: setup lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
+# Every test's time goes to build/test-results.xml (JUnit XML): where the suite's minutes go.
+test: setup test-builds lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/test-results.xml tests
+
+# What only the tests need and takes minutes to build on a fresh machine (the image: a cold build
+# is about 9 minutes) starts in the background here, so it overlaps the lint, the SDKs' tests and
+# the first e2e tests; a test that needs it runs the same build, which waits on the build's lock
+# and then finds everything cached. Its output: build/test-builds.log.
+test-builds: setup
+	@mkdir -p build
+	@(nohup $(MAKE) -s image > build/test-builds.log 2>&1 &)
 
 # The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
 test-sdk-python: setup
@@ -118,9 +156,9 @@ test-integration: setup
 	$(PY) -m pytest tests/integration tests/e2e
 
 lint: $(STAMPS)/venv
-	$(VENV)/bin/ruff check src tests bench sdk/python
-	$(VENV)/bin/ruff format --check src tests bench sdk/python
-	$(VENV)/bin/mypy src tests bench sdk/python/src sdk/python/tests sdk/python/examples
+	$(VENV)/bin/ruff check src tests bench sdk/python deploy/image
+	$(VENV)/bin/ruff format --check src tests bench sdk/python deploy/image
+	$(VENV)/bin/mypy src tests bench sdk/python/src sdk/python/tests sdk/python/examples deploy/image
 	$(VENV)/bin/lint-imports
 
 proto: $(STAMPS)/venv $(STAMPS)/go

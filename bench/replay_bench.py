@@ -24,7 +24,6 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,6 +34,7 @@ from typing import Any
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun, config_text
+from siding.devkit.process import start_siding_run
 from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings, read_records
 from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.wait import wait_until
@@ -43,17 +43,6 @@ from siding.model import delivery_id
 RESULTS = Path(__file__).parent / "results" / "replay.json"
 LATENCY_S = (0.1, 0.2)
 MAX_IN_FLIGHT = 100
-_ENTRY = "from siding.cli.main import main; main()"
-
-
-def _siding_run(config: Path, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, "run", "-c", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -97,7 +86,7 @@ def measure(messages: int, rate: float) -> dict[str, Any]:
 
         try:
             kills: list[dict[str, Any]] = []
-            proc = _siding_run(config, log)
+            proc = start_siding_run(config, log)
             wait_until(lambda: received() >= 1, timeout_s=180, what="the first delivery")
             started = time.monotonic()
             producing.start()
@@ -107,11 +96,11 @@ def measure(messages: int, rate: float) -> dict[str, Any]:
             _kill(proc)
             # Kill 2: in the middle of the batch that catches up after the restart
             before = received()
-            proc = _siding_run(config, log)
+            proc = start_siding_run(config, log)
             wait_until(lambda: received() >= before + 600, timeout_s=180, what="catching up")
             kills.append({"at_s": round(time.monotonic() - started, 1), "received": received()})
             _kill(proc)
-            proc = _siding_run(config, log)
+            proc = start_siding_run(config, log)
             producing.join()
             watcher.wait_committed({0: messages}, timeout_s=300)
             time.sleep(3)  # late redeliveries are counted too

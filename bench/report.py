@@ -153,7 +153,14 @@ def markdown(report: Entry) -> str:
             lines.append(f"| {name} | {entry['messages']} | {label} | " + " | ".join(values) + " |")
     notes = [n for e in report["workloads"] for n in entry_notes(e)]
     lines += ["", *notes] if notes else []
-    for section in (hol_section(report), floor_section(report), curve_section(report)):
+    sections = (
+        hol_section(report),
+        floor_section(report),
+        curve_section(report),
+        throughput_section(report),
+        memory_section(report),
+    )
+    for section in sections:
         lines += ["", *section] if section else []
     return "\n".join(lines) + "\n"
 
@@ -190,6 +197,7 @@ SYSTEM_LABELS = {
     "parallel_consumer_vertx": "Parallel Consumer over the network (Vert.x), HTTP",
     "siding_grpc_defaults": "siding, gRPC stream, defaults",
     "siding_http_defaults": "siding, HTTP webhooks, defaults",
+    "share_group": "Kafka share group (KafkaShareConsumer 4.3.1), HTTP",
 }
 
 
@@ -329,6 +337,79 @@ def curve_section(report: Entry) -> list[str]:
         *table(header, rows),
         "",
         f"![latency against load]({CURVE_PNG})",
+    ]
+
+
+def _drain_cells(run: Mapping[str, Any] | None) -> list[str]:
+    """(drain s, msgs/s, CPU s per 1,000, more than once) of one throughput run."""
+    if run is None:
+        return ["n/a"] * 4
+    if "error" in run:
+        return [f"error: {run['error']}", "", "", ""]
+    seconds = cell(run.get("drain_s"))
+    if not run.get("complete", True):
+        seconds += f" ({run.get('delivered')} delivered)"
+    rate = run.get("msgs_per_s")
+    return [
+        seconds,
+        "n/a" if rate is None else f"{float(rate):,.0f}",
+        cell(run.get("cpu_s_per_1000")),
+        cell(run.get("delivered_more_than_once")),
+    ]
+
+
+def throughput_rows(entry: Entry) -> list[list[str]]:
+    """One row per system and partition count."""
+    rows = []
+    for name, result in entry.get("systems", {}).items():
+        label = SYSTEM_LABELS.get(name, name)
+        if result.get("runs") is None:
+            rows.append([label, "", f"not run: {result.get('error')}", "", "", ""])
+            continue
+        for run in result["runs"]:
+            rows.append([label, str(run.get("partitions")), *_drain_cells(run)])
+    return rows
+
+
+def throughput_section(report: Entry) -> list[str]:
+    entry = find(report, "throughput")
+    if not entry or not entry.get("systems"):
+        return []
+    header = [
+        "pushed by",
+        "partitions",
+        "drain s",
+        "msgs/s",
+        "CPU s per 1,000 msgs",
+        "delivered more than once",
+    ]
+    return [
+        f"### Throughput: {entry.get('messages')} msgs already in the topic, 10 ms consumer",
+        "",
+        *table(header, throughput_rows(entry), left=2),
+        "",
+        "Drain: first receipt to the last message done. CPU: the system's own process tree over"
+        " the drain (siding: driver, Spark JVM, Python workers). siding on its defaults.",
+    ]
+
+
+def memory_section(report: Entry) -> list[str]:
+    """Peak RSS (MB) of each system's process tree per workload: one column per system seen."""
+    entries = [e for e in report["workloads"] if isinstance(e.get("peak_rss_mb"), Mapping)]
+    systems = sorted(
+        {s for e in entries for s in e["peak_rss_mb"]}, key=lambda s: (s != "siding", s)
+    )
+    if not entries:
+        return []
+    rows = [[e["name"], *(cell(e["peak_rss_mb"].get(s)) for s in systems)] for e in entries]
+    return [
+        "### Memory",
+        "",
+        "Peak RSS per workload, MB (each system's process tree, summed RSS, sampled every 0.5 s;"
+        " siding: the bench's driver with Spark's JVM and Python workers, the serial consumer"
+        " running in it; n/a: the system did not run):",
+        "",
+        *table(["workload", *systems], rows),
     ]
 
 

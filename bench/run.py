@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -30,12 +31,15 @@ from bench.workloads import (
     pc_table,
     poison_pills,
     spark_floor,
+    throughput,
 )
 from bench.workloads.context import BenchContext, scale_from_env
+from bench.workloads.cpu import CpuMeter, SystemPeaks
 from siding.devkit.broker import EmbeddedKafka
 from siding.pipeline.driver.session import build_session
 
 Workload = Callable[[BenchContext], list[dict[str, Any]]]
+RSS_SAMPLE_S = 0.5
 
 
 def workloads(broker_pid: int) -> dict[str, Workload]:
@@ -49,6 +53,7 @@ def workloads(broker_pid: int) -> dict[str, Workload]:
         "poison_pills": poison_pills.run,
         "crash_pill": crash_pill.run,
         "key_retry": key_retry.run,
+        "throughput": lambda ctx: throughput.run(ctx, broker_pid),
         "cost": lambda ctx: cost.run(ctx, broker_pid),
     }
 
@@ -71,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"[bench] {name} ...", flush=True)
                 began = time.monotonic()
+                # the peak RSS of each system's process tree over the workload (the broker not)
+                peaks = SystemPeaks(os.getpid())
+                meter = CpuMeter(os.getpid(), {kafka.pid or 0}, RSS_SAMPLE_S, on_sample=peaks)
                 try:
-                    got = workload(ctx)
+                    with meter:
+                        got = workload(ctx)
                 except Exception as exc:  # one failed workload must not hide the others
                     traceback.print_exc()
                     got = [
@@ -80,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                 for entry in got:
                     entry["bench_seconds"] = round(time.monotonic() - began, 1)
+                    entry["peak_rss_mb"] = peaks.report()
                     print(f"[bench]   {entry}", flush=True)
                 entries += got
             spark.stop()

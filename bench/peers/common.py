@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -33,17 +34,24 @@ def output_tail(text: str, lines: int = 6) -> str:
     return " | ".join(kept[-lines:]) or "no output"
 
 
-def last_json_line(text: str) -> dict[str, Any]:
-    """The last line of ``text`` that is a JSON object, or ``{}``."""
-    for line in reversed(text.splitlines()):
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of ``text`` that is a JSON object, in order."""
+    found: list[dict[str, Any]] = []
+    for line in text.splitlines():
         if line.startswith("{"):
             try:
                 value = json.loads(line)
             except json.JSONDecodeError:
                 continue
             if isinstance(value, dict):
-                return value
-    return {}
+                found.append(value)
+    return found
+
+
+def last_json_line(text: str) -> dict[str, Any]:
+    """The last line of ``text`` that is a JSON object, or ``{}``."""
+    found = json_lines(text)
+    return found[-1] if found else {}
 
 
 class PeerProcess:
@@ -74,6 +82,11 @@ class PeerProcess:
         self.stop()
 
     @property
+    def pid(self) -> int | None:
+        """The program's process id while it runs (for its CPU), else None."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def stdout(self) -> str:
         return (self._dir / "out").read_text(errors="replace")
 
@@ -89,6 +102,18 @@ class PeerProcess:
             return
         reason = last_json_line(self.stdout).get("error") or output_tail(self.stderr)
         raise PeerUnavailable(f"{self.label} exited {proc.returncode}: {reason}")
+
+    def wait_for_line(self, key: str, timeout_s: float, poll_s: float = 0.1) -> dict[str, Any]:
+        """Until the program printed a JSON line with ``key``; that line."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check()
+            line = next((v for v in json_lines(self.stdout) if key in v), None)
+            if line is not None:
+                return line
+            if time.monotonic() >= deadline:
+                raise PeerUnavailable(f"{self.label} printed no {key!r} in {timeout_s:g}s")
+            time.sleep(poll_s)
 
     def wait(self, timeout_s: float) -> int:
         """Wait for the program to exit by itself; its exit code."""

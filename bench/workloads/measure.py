@@ -148,3 +148,51 @@ def delivery_summary(
         "redeliveries_retry_attempts": again.retry_attempts if attempts_known else None,
         "redeliveries_same_attempt": again.same_attempt if attempts_known else None,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """How one system drained a backlog: ``messages`` distinct ones done in ``seconds`` (first
+    receipt to the last one done) or ``seconds_with_start`` (from the system's start), using
+    ``cpu_s`` CPU seconds of its process tree over the drain (``cpu_s_with_start`` from its
+    start)."""
+
+    messages: int
+    seconds: float
+    seconds_with_start: float
+    cpu_s: float
+    cpu_s_with_start: float
+
+    @property
+    def msgs_per_s(self) -> float | None:
+        return round(self.messages / self.seconds, 1) if self.seconds > 0 else None
+
+    @property
+    def cpu_s_per_1000(self) -> float | None:
+        return per_1000(self.cpu_s, self.messages)
+
+    @property
+    def cpu_s_per_1000_with_start(self) -> float | None:
+        return per_1000(self.cpu_s_with_start, self.messages)
+
+
+def per_1000(cpu_s: float, messages: int) -> float | None:
+    """CPU seconds per 1,000 messages, to 0.001; None for no messages."""
+    return round(cpu_s / messages * 1000, 3) if messages > 0 else None
+
+
+def drain(
+    records: Iterable[Received],
+    delay_s: Delay,
+    started_s: float,
+    cpu_s: float,
+    cpu_s_with_start: float,
+) -> Drain:
+    """The drain of ``records`` (every receipt; each message counted once, at its first) by a
+    system started at ``started_s`` (the consumer's clock, as ``received_s``)."""
+    firsts = list(first_receipts(records).values())
+    if not firsts:
+        return Drain(0, 0.0, 0.0, cpu_s, cpu_s_with_start)
+    done = max(r.received_s + delay_s(r) for r in firsts)
+    span = done_span_s(firsts, delay_s)
+    return Drain(len(firsts), span, done - started_s, cpu_s, cpu_s_with_start)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.peers import benthos
+from bench.peers import benthos, share_group
 from bench.peers import parallel_consumer as pc
 from bench.peers.common import PeerProcess
 from bench.workloads.context import BenchContext, Transport
@@ -44,6 +44,9 @@ class Running(Protocol):
 
     def settle(self, total: int, timeout_s: float) -> None:
         """Block until the system is done with all ``total`` messages (they were received)."""
+
+    def process_root(self) -> int:
+        """The root of the system's own process tree (for its CPU)."""
 
 
 class System(Protocol):
@@ -195,6 +198,9 @@ class _SidingRunning:
     def settle(self, total: int, timeout_s: float) -> None:
         self.run.wait_committed({0: total}, timeout_s=timeout_s)
 
+    def process_root(self) -> int:
+        return os.getpid()  # this process is siding's driver; Spark's JVM is its child
+
 
 @dataclass(frozen=True)
 class Siding:
@@ -220,17 +226,25 @@ class Siding:
 class _PeerRunning:
     proc: PeerProcess
     exits: bool
+    ready_line: str | None = None  # the key of the JSON line the peer prints once it is steady
 
     def check(self) -> None:
         self.proc.check()
 
     def ready(self, timeout_s: float) -> None:
-        pass
+        if self.ready_line is not None:
+            self.proc.wait_for_line(self.ready_line, timeout_s)
 
     def settle(self, total: int, timeout_s: float) -> None:  # noqa: ARG002 (the peer counts)
         if self.exits:
             self.proc.wait(timeout_s)
             self.proc.check()
+
+    def process_root(self) -> int:
+        pid = self.proc.pid
+        if pid is None:
+            raise RuntimeError(f"{self.proc.label} is not running")
+        return pid
 
 
 @dataclass(frozen=True)
@@ -315,3 +329,36 @@ class ParallelConsumerRetry:
         )
         with proc:
             yield _PeerRunning(proc, exits=True)
+
+
+@dataclass(frozen=True)
+class ShareGroup:
+    """Kafka's share groups: ``tuning.consumers`` ``KafkaShareConsumer``s in one new share group,
+    each pushing its polls over HTTP and acknowledging every record (ACCEPT / RELEASE)."""
+
+    classpath: str
+    tuning: share_group.Tuning
+    name: str = "share_group"
+    transport: Transport = "http"
+
+    @contextlib.contextmanager
+    def start(
+        self,
+        ctx: BenchContext,
+        topic: str,
+        sim: SimConsumerProcess,
+        total: int,  # noqa: ARG002 (the share group runs until stopped)
+    ) -> Iterator[Running]:
+        group = f"share-{topic}"
+        proc = share_group.process(
+            self.classpath,
+            ctx.bootstrap,
+            topic=topic,
+            group=group,
+            url=sim.url,
+            workdir=ctx.workdir,
+            tuning=self.tuning,
+        )
+        with proc:
+            # every consumer assigned: the traffic does not wait for the group to fill up
+            yield _PeerRunning(proc, exits=False, ready_line="ready")

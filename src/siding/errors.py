@@ -17,7 +17,9 @@ __all__ = [
     "DlqFloodError",
     "DurableWriteError",
     "EndpointGoneError",
+    "FenceLost",
     "OffsetsError",
+    "RouteStopped",
     "SetupError",
     "SidingError",
     "TransportError",
@@ -38,6 +40,20 @@ class TransportError(SidingError):
     retriable = True
 
 
+class RouteStopped(SidingError):
+    """A route must stop; the message is the one line ``siding run`` ends with (no trace).
+
+    Raised on the driver by whatever decides the route cannot go on (the DLQ-flood guard, a
+    batch that failed after its attempts, an endpoint gone); the batch handler's edge records it
+    and ends the batch as a stop, with nothing committed (docs/operations.md, "When a route
+    stops")."""
+
+    @property
+    def reason(self) -> str:
+        text = str(self).strip()
+        return text.splitlines()[0] if text else type(self).__name__
+
+
 class EndpointGoneError(SidingError):
     """The endpoint said it is gone for good (HTTP 410); the route must stop."""
 
@@ -48,7 +64,14 @@ class DurableWriteError(SidingError):
     retriable = True
 
 
-class DlqFloodError(SidingError):
+class FenceLost(DurableWriteError):
+    """The route's fence passed to another driver: this one's writes are refused (never tried
+    again); the route stops (docs/operations.md, "Two drivers for one route: the fence")."""
+
+    retriable = False
+
+
+class DlqFloodError(RouteStopped):
     """Too large a share of a batch turned DEAD; the route stops instead of dead-lettering it."""
 
 

@@ -1,8 +1,9 @@
 """The jar lock and the folder the JVM jars are fetched into, verified against it.
 
 ``jars.lock.json`` (package data, written by ``python -m siding.jvm lock`` from ``jvm/*/pom.xml``)
-names every jar siding runs with: its Maven coordinates, file name, size and sha256, in two sets,
-``kafka`` (the embedded broker) and ``spark`` (Spark's Kafka connector minus what pyspark ships).
+names every jar siding runs with: its Maven coordinates, file name, size and sha256, in three sets,
+``kafka`` (the embedded broker), ``spark`` (Spark's Kafka connector minus what pyspark ships) and
+``s3`` (hadoop-aws and the AWS SDK modules it uses: fetched only for a checkpoint on ``s3a://``).
 A jar is downloaded from a Maven repository (Maven Central unless ``SIDING_MAVEN_REPO``) or copied
 from a folder, checked against the lock, and only then renamed into place, so a folder never holds
 a jar that was not verified by siding or found equal to the lock.
@@ -30,7 +31,11 @@ log = logging.getLogger("siding.jars")
 LOCK_FILE = Path(__file__).with_name("jars.lock.json")
 CENTRAL = "https://repo.maven.apache.org/maven2"
 REPO_ENV = "SIDING_MAVEN_REPO"
-SETS = {"kafka": "the embedded Kafka broker", "spark": "Spark's Kafka connector"}
+SETS = {
+    "kafka": "the embedded Kafka broker",
+    "spark": "Spark's Kafka connector",
+    "s3": "checkpoints on object storage (s3a://)",
+}
 FETCH_HINT = "run `siding jars fetch` where Maven Central is reachable, or `siding jars --from DIR`"
 # The set's digest once every jar in it was found equal to the lock; later uses only check sizes.
 STAMP = ".verified"
@@ -84,7 +89,7 @@ class JarLock:
 
     def as_json(self) -> str:
         data = {
-            "generated_by": "python -m siding.jvm lock (from jvm/kafka/pom.xml, jvm/spark/pom.xml)",
+            "generated_by": "python -m siding.jvm lock (from jvm/*/pom.xml)",
             "pyspark": self.pyspark,
             "poms": dict(sorted(self.poms.items())),
             "sets": {
@@ -148,6 +153,7 @@ def _write_atomically(path: Path, text: str) -> None:
         "w", dir=path.parent, prefix=f".{path.name}.", delete=False
     ) as f:
         f.write(text)
+    os.chmod(f.name, _MODE)  # the stamp too: another user (a service, an image's) reads it
     os.replace(f.name, path)
 
 

@@ -1,4 +1,5 @@
-"""Where the JVM parts live: the Kafka broker's jars and Spark's Kafka connector.
+"""Where the JVM parts live: the Kafka broker's jars, Spark's Kafka connector and (for
+checkpoints on ``s3a://`` only) hadoop-aws with the AWS SDK modules it uses.
 
 ``python -m siding.jvm lock`` (a developer command) resolves the poms in ``jvm/`` with Maven and
 writes the jar lock shipped in the package (``siding.jarcache``). At run time the locked jars are
@@ -12,10 +13,12 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from siding.errors import SetupError
@@ -70,6 +73,17 @@ def jars_dir(configured: str | Path | None = None) -> Path:
         return Path(configured).expanduser()
     root = checkout()
     return root / ".jars" if root is not None else default_cache_dir(jar_lock())
+
+
+# Extra options for every JVM siding starts: Spark's driver and executors, and the dev broker.
+JAVA_OPTIONS_ENV = "SIDING_JAVA_OPTIONS"
+
+
+def java_options(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``$SIDING_JAVA_OPTIONS`` as a list of JVM options (shell words): e.g. a lighter JIT and
+    collector for short-lived runs (the test suite sets ``-XX:TieredStopAtLevel=1
+    -XX:+UseSerialGC``: about half the CPU of a start, docs/platform.md)."""
+    return shlex.split((os.environ if environ is None else environ).get(JAVA_OPTIONS_ENV, ""))
 
 
 def require_tool(name: str, install_hint: str) -> str:
@@ -141,8 +155,14 @@ def kafka_classpath() -> str:
     return os.pathsep.join(str(jar) for jar in jars)
 
 
-def spark_jars(configured: str | Path | None = None) -> list[str]:
-    """Jars to put on ``spark.jars``: Spark's Kafka connector at pyspark's exact version."""
+def object_storage_jars(configured: str | Path | None = None) -> list[Path]:
+    """hadoop-aws and the AWS SDK modules it uses (the ``s3`` set), fetched on first use."""
+    return ensure(jars_dir(configured), "s3", jar_lock())
+
+
+def spark_jars(configured: str | Path | None = None, *, s3a: bool = False) -> list[str]:
+    """Jars to put on ``spark.jars``: Spark's Kafka connector at pyspark's exact version, and
+    with ``s3a`` the ``s3`` set (a checkpoint on ``s3a://``)."""
     lock = jar_lock()
     if lock.pyspark != pyspark_version():
         raise SetupError(
@@ -156,11 +176,13 @@ def spark_jars(configured: str | Path | None = None) -> list[str]:
         raise SetupError(f"{expected} is not in siding's jar lock: `python -m siding.jvm lock`")
     if problems := below_floor([jar.name for jar in jars]):
         raise SetupError(f"{'; '.join(problems)} in siding's jar lock: `python -m siding.jvm lock`")
+    if s3a:
+        jars = [*jars, *object_storage_jars(configured)]
     return [str(jar) for jar in jars]
 
 
 def fetch(target: Path | None = None, source_dir: Path | None = None) -> Path:
-    """Both jar sets into ``target`` (default: ``jars_dir()``), from Maven or ``source_dir``."""
+    """Every jar set into ``target`` (default: ``jars_dir()``), from Maven or ``source_dir``."""
     folder = target or jars_dir()
     for name in SETS:
         ensure(folder, name, jar_lock(), source_dir=source_dir)
@@ -215,26 +237,29 @@ def _locked(coordinates: str, path: Path) -> LockedJar:
 
 
 def make_lock() -> JarLock:
-    """Resolve both poms with Maven and lock the result; the spark set keeps only the jars whose
-    artifact pyspark does not already ship (any version), as Spark would load pyspark's first."""
+    """Resolve the poms with Maven and lock the result; the spark and s3 sets keep only the jars
+    whose artifact pyspark does not already ship (any version), as Spark would load pyspark's
+    first."""
     require_java()
     root = project_root()
     spark_version = pyspark_version()
     poms = {
         "kafka": root / "jvm" / "kafka" / "pom.xml",
         "spark": root / "jvm" / "spark" / "pom.xml",
+        "s3": root / "jvm" / "s3" / "pom.xml",
     }
     kafka = _dependency_list(root, poms["kafka"], [])
     spark = _dependency_list(root, poms["spark"], [f"-Dspark.version={spark_version}"])
-    keep = set(
-        jars_to_keep([p.name for _, p in spark], [p.name for p in pyspark_jars_dir().glob("*.jar")])
-    )
+    s3 = _dependency_list(root, poms["s3"], [])
+    shipped = [p.name for p in pyspark_jars_dir().glob("*.jar")]
+    keep = set(jars_to_keep([p.name for _, p in (*spark, *s3)], shipped))
     return JarLock(
         pyspark=spark_version,
         poms={str(p.relative_to(root)): sha256_of(p) for p in poms.values()},
         sets={
             "kafka": tuple(_locked(c, p) for c, p in kafka),
             "spark": tuple(_locked(c, p) for c, p in spark if p.name in keep),
+            "s3": tuple(_locked(c, p) for c, p in s3 if p.name in keep),
         },
     )
 
@@ -252,12 +277,14 @@ def write_lock() -> Path:
     jar_lock.cache_clear()
     kafka = [j.file for j in lock.sets["kafka"] if j.file.startswith("kafka_2.13-")]
     spark = ", ".join(j.file for j in lock.sets["spark"])
+    s3_mb = sum(j.size for j in lock.sets["s3"]) / 1e6
     print(f"{target}: broker {kafka[0] if kafka else '?'}; spark connector -> {spark}")
+    print(f"  s3a: {len(lock.sets['s3'])} jars, {s3_mb:.1f} MB")
     return target
 
 
 USAGE = """usage: python -m siding.jvm lock | fetch
-  lock   resolve jvm/kafka/pom.xml and jvm/spark/pom.xml with mvn into src/siding/jars.lock.json
+  lock   resolve jvm/kafka, jvm/spark and jvm/s3's pom.xml with mvn into src/siding/jars.lock.json
   fetch  fetch the locked jars into the jars folder (the checkout's .jars/; make setup runs it)"""
 
 

@@ -64,6 +64,8 @@ PROGRESS = "progress"
 # Each worker's calls in flight now (siding.pipeline.executor.live).
 LIVE = "live"
 AUDIT = "audit"
+# The route's fence: which driver holds it, at which epoch (siding.pipeline.driver.fence).
+FENCE = "fence"
 DLQ_FATE = "dlq-fate"
 
 
@@ -146,6 +148,9 @@ _SETTLED = {**COMPACTED, "delete.retention.ms": "3600000", "segment.ms": "360000
 _PROGRESS = {**COMPACTED, "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
 # Workers' in-flight reports (siding.pipeline.executor.live): only the last hour's are of any use.
 _LIVE = {"cleanup.policy": "compact,delete", "retention.ms": "3600000", "segment.ms": "600000"}
+# Fence records are keyed by epoch: the records of a claim race are never compacted away before
+# it is settled (siding.pipeline.driver.lease).
+_FENCE = {**COMPACTED, "min.compaction.lag.ms": "3600000"}
 # Each state topic's settings, in the order ``owned_topics`` lists them.
 STATE_KINDS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
@@ -155,6 +160,7 @@ STATE_KINDS: Mapping[str, Mapping[str, str]] = MappingProxyType(
         AUDIT: KEPT,
         LIVE: _LIVE,
         PROGRESS: _PROGRESS,
+        FENCE: _FENCE,
     }
 )
 

@@ -80,8 +80,7 @@ def test_a_backfill_delivers_the_range_once_and_resumes_where_it_stopped(
             started_at_ms=1,
             range_text="0:20..0:25",
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(unfinished.to_json())
+        path.replace(unfinished.to_json())
         resumed = run_backfill(config, name, again_start, again_end, spark=spark)
     finally:
         loop_thread.run(server.stop(0))

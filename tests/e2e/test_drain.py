@@ -121,18 +121,20 @@ class Siding:
 
 
 class Producer:
-    """Produces ``count`` messages at ``RATE`` on a thread, from ``start_seq``."""
+    """Produces ``count`` messages at ``rate`` a second on a thread, from ``start_seq``."""
 
-    def __init__(self, bootstrap: str, topic: str, count: int, start_seq: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, count: int, start_seq: int, rate: float = RATE
+    ) -> None:
         self.error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(bootstrap, topic, count, start_seq), daemon=True
+            target=self._run, args=(bootstrap, topic, count, start_seq, rate), daemon=True
         )
         self._thread.start()
 
-    def _run(self, bootstrap: str, topic: str, count: int, start_seq: int) -> None:
+    def _run(self, bootstrap: str, topic: str, count: int, start_seq: int, rate: float) -> None:
         try:
-            produce(bootstrap, topic, count, rate=RATE, start_seq=start_seq)
+            produce(bootstrap, topic, count, rate=rate, start_seq=start_seq)
         except BaseException as exc:
             self.error = exc
 
@@ -241,64 +243,51 @@ def scenario(
     return Scenario(kafka, topic, config, received, watcher)
 
 
-def test_a_drained_stop_asks_nobody_twice_and_a_second_signal_loses_nothing(
+def test_a_stop_from_any_supervisor_drains_and_a_second_signal_loses_nothing(
     scenario: Scenario, tmp_path: Path
 ) -> None:
-    # When messages arrive at a steady rate and siding gets SIGTERM while calls are in flight
-    first, second = 300, 200
-    took_s = scenario.stop_mid_flight(tmp_path / "run-1.log", 0, first, again=False)
-    print(f"\ndrain: stopped {took_s:.1f}s after SIGTERM")
-    # Then it stopped within the drain timeout (plus Spark's own stop), exit 0, no stack trace
-    assert took_s <= DRAIN_TIMEOUT_S + STOP_MARGIN_S
-    # And its log says what the drain did: calls were in flight, and they finished
-    log = (tmp_path / "run-1.err").read_text()
-    said = re.search(r"drain: route drain: (\d+) calls? finished, (\d+) handed to a lane", log)
-    assert said is not None, log
-    assert int(said.group(1)) > 0, said.group(0)
+    # One route, one consumer, one run after another (each start of Spark costs seconds): a run
+    # per kind of stop, then a stop with a second signal, then a run that finishes the work.
+    step, second = 200, 200
+    done = 0
+    for n, stop in enumerate(STOPS, start=1):
+        # When siding gets the signal while slow calls are in flight, sent to its PID or to its
+        # whole process group (where Spark's JVM was once too: it stopped the queries mid-batch)
+        took_s = scenario.stop_mid_flight(
+            tmp_path / f"run-{n}.log", done, step, again=False, stop=stop
+        )
+        print(f"\n{stop.name}: stopped {took_s:.1f}s after the signal")
+        # Then it drained within the drain timeout (plus Spark's own stop), exit 0, no stack trace
+        assert took_s <= DRAIN_TIMEOUT_S + STOP_MARGIN_S, stop.name
+        # And its log says what the drain did: calls were in flight, and they finished
+        log = (tmp_path / f"run-{n}.err").read_text()
+        said = re.search(r"drain: route drain: (\d+) calls? finished, (\d+) handed to a lane", log)
+        assert said is not None, (stop.name, log)
+        assert int(said.group(1)) > 0, (stop.name, said.group(0))
+        done += step
+    drained = done
 
     # When siding starts again, finishes those, and a second signal follows the first during
     # the drain of more messages
-    took_s = scenario.stop_mid_flight(tmp_path / "run-2.log", first, second, again=True)
+    took_s = scenario.stop_mid_flight(tmp_path / "run-again.log", done, second, again=True)
     print(f"second signal: stopped {took_s:.1f}s after the first")
     # Then that stop came at once, still with exit 0
-    assert "(stopped at once)" in (tmp_path / "run-2.err").read_text()
+    assert "(stopped at once)" in (tmp_path / "run-again.err").read_text()
     assert took_s <= STOP_MARGIN_S
+    done += second
 
-    # When a third run finishes the work (and a few more messages)
-    scenario.finish(tmp_path / "run-3.log", first + second, 30)
+    # When a last run finishes the work (and a few more messages)
+    scenario.finish(tmp_path / "run-last.log", done, 30)
     # Then nothing was lost, nothing dead-lettered
     counts = scenario.deliveries()
-    assert counts.keys() == scenario.ids(first + second + 30)
+    assert counts.keys() == scenario.ids(done + 30)
     assert not scenario.watcher.dead_letters()
-    # And nobody was asked twice about a message of the drained stop (the second signal may
-    # ask again about what it cut)
-    twice = sorted(i for i in scenario.ids(first) if counts[i] > 1)
+    # And nobody was asked twice about a message of a drained stop (the second signal may ask
+    # again about what it cut)
+    twice = sorted(i for i in scenario.ids(drained) if counts[i] > 1)
     again = sum(n - 1 for n in counts.values())
-    print(f"drain: {first} messages, {len(twice)} asked twice; second signal: {again} again")
+    print(f"drain: {drained} messages, {len(twice)} asked twice; second signal: {again} again")
     assert not twice
-
-
-@pytest.mark.parametrize("stop", STOPS, ids=lambda stop: stop.name)
-def test_a_stop_from_any_supervisor_drains(scenario: Scenario, tmp_path: Path, stop: Stop) -> None:
-    # When siding gets the signal while slow calls are in flight, sent to its PID or to its
-    # whole process group (where Spark's JVM was once too: it stopped the queries mid-batch)
-    first = 300
-    took_s = scenario.stop_mid_flight(tmp_path / "run-1.log", 0, first, again=False, stop=stop)
-    print(f"\n{stop.name}: stopped {took_s:.1f}s after the signal")
-    # Then it drained: the calls in flight finished, exit 0, no stack trace, in time
-    assert took_s <= DRAIN_TIMEOUT_S + STOP_MARGIN_S
-    log = (tmp_path / "run-1.err").read_text()
-    said = re.search(r"drain: route drain: (\d+) calls? finished, (\d+) handed to a lane", log)
-    assert said is not None, log
-    assert int(said.group(1)) > 0, said.group(0)
-
-    # When siding starts again and finishes the work
-    scenario.finish(tmp_path / "run-2.log", first, 30)
-    # Then nothing was lost, nothing dead-lettered, nobody asked twice
-    counts = scenario.deliveries()
-    assert counts.keys() == scenario.ids(first + 30)
-    assert not scenario.watcher.dead_letters()
-    assert not sorted(i for i, n in counts.items() if n > 1)
 
 
 def test_a_killed_siding_leaves_no_spark_process_behind(scenario: Scenario, tmp_path: Path) -> None:

@@ -3,10 +3,10 @@ embedded broker: one run, a route per language, transport and batching, all read
 
 Each route must show ACK, RETRY through a lane (retry on attempt 1, ack on attempt 2 from lane
 1), DEAD into its DLQ, and a binary value that arrives byte for byte; a batched route must have
-been served by batches (``DeliverBatches``, CloudEvents batched mode). The example consumers
-share one protocol (docs/sdks.md, "End to end"): they answer by the record's key and write one
-JSON line per delivery, naming the call it came by, which tells the routes of one consumer
-apart. Another SDK joins by adding a row to ``SDKS``.
+been served by batches (``DeliverBatches``, CloudEvents batched mode), sent gzipped. The example
+consumers share one protocol (docs/sdks.md, "End to end"): they answer by the record's key and
+write one JSON line per delivery, naming the call it came by, which tells the routes of one
+consumer apart. Another SDK joins by adding a row to ``SDKS``.
 """
 
 from __future__ import annotations
@@ -228,8 +228,16 @@ def _route(name: str, topic: str, route: Route) -> dict[str, object]:
         "dlq_flood_min_batch": 1_000_000,
         "park": {"enabled": False},  # answers are instant: one streaming query fewer per route
     }
-    if route.batched:
-        config["batch"] = BATCH
+    if not route.batched:
+        config["batch"] = False  # one delivery per call, switched off explicitly
+    else:
+        # Batched routes also go gzipped, every body and message (docs/sdks.md, "Compressed
+        # deliveries"): Java's gRPC server and Node's webhook server decode them here. A gRPC
+        # route batches by default (docs/batch.md): its batched route has no batch key.
+        if http:
+            config["batch"] = BATCH
+        config["compression"] = "gzip"
+        config["compress_above"] = 0
     if http:
         config["auth"] = {"webhook_secret": SECRET}
     return config

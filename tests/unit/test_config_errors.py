@@ -105,8 +105,16 @@ ROUTE_ERRORS = [
     ("batch = { linger = 5 }", "route[billing].batch.linger", "bare number 5"),
     ('batch = { linger = "-1ms" }', "route[billing].batch.linger", "negative"),
     ("batch = { maxx = 5 }", "route[billing].batch.maxx", "unknown key (did you mean 'max'?)"),
-    ("batch = 64", "route[billing].batch", "expected a table"),
+    ("batch = 64", "route[billing].batch", "expected a table, or true / false"),
+    ('batch = "off"', "route[billing].batch", "expected a table, or true / false"),
+    ("batch = { enabled = 'maybe' }", "route[billing].batch.enabled", "boolean"),
     ('transport = "unary"\nbatch = { max = 8 }', "route[billing].batch", "transport = 'stream'"),
+    ('transport = "unary"\nbatch = true', "route[billing].batch", "transport = 'stream'"),
+    ('compression = "zstd"', "route[billing].compression", "'none' or 'gzip'"),
+    ("compression = true", "route[billing].compression", "'none' or 'gzip'"),
+    ('compression = "gzip"\ncompress_above = -1', "route[billing].compress_above", "at least 0"),
+    ('compression = "gzip"\ncompress_above = "1k"', "route[billing].compress_above", "integer"),
+    ("compress_above = 512", "route[billing].compress_above", "compression = 'gzip'"),
 ]
 
 

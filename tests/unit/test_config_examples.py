@@ -67,7 +67,7 @@ def file_keys(table: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
             yield f"{key}.<property>"
         elif prefix == "kafka." and name != "bootstrap":
             yield "kafka.<property>"
-        elif key == "spark.conf":
+        elif key in ("spark.conf", "route.http.headers"):  # tables of the user's own names
             yield key
         elif key == "route":
             for route in value:
@@ -110,6 +110,7 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     (secrets / "siding.crt").write_text(PEM_CERT)
     (secrets / "siding.key").write_text(PEM_KEY)
     (secrets / "audit.whsec").write_text("whsec_YXVkaXQtc2VjcmV0\n")
+    (secrets / "audit-page.whsec").write_text("audit-page-secret\n")
     env = {
         "RECEIPTS_TOKEN": "receipts-token",
         "RECEIPTS_WEBHOOK_SECRET": "whsec_cmVjZWlwdHM=",
@@ -117,6 +118,8 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "RECEIPTS_CERT_PEM": PEM_CERT,
         "RECEIPTS_KEY_PEM": PEM_KEY,
         "ORDERS_JOIN_TOKEN": "orders-join-token",
+        "AUDIT_API_KEY": "audit-key",
+        "BILLING_PAGE_SECRET": "whsec_YmlsbGluZy1wYWdl",
     }
     # When it is loaded
     config = load_config(tmp_path / "siding.toml", env=env)
@@ -128,8 +131,10 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "orders",
         "refunds",
         "shipments",
+        "trips-hot",
     ]
     assert config.route_named("refunds").subscription == ("subscribe", "refunds-eu,refunds-us")
+    assert config.route_named("trips-hot").subscription == ("assign", '{"trips": [5]}')
     shipments = config.route_named("shipments")
     assert shipments.reads("shipments-2") and not shipments.reads("siding.shipments-x.dlq")
     orders = config.route_named("orders")
@@ -138,7 +143,14 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
     assert billing.ordering is Ordering.KEY
     assert billing.lanes_as_model() == (Lane(10.0, 30.0, 1), Lane(300.0, 120.0, 2))
     assert naming.route_dlq(billing) == "trips.billing.dlq"
-    assert naming.route_dlq(config.route_named("audit")) == "siding.audit.dlq"
+    audit = config.route_named("audit")
+    assert naming.route_dlq(audit) == "siding.audit.dlq"
+    assert audit.http.method == "PUT" and audit.http.header_values() == (
+        ("X-Api-Key", "audit-key"),
+    )
+    assert billing.dlq_page is not None and billing.dlq_page.every == 60.0
+    audit_page = config.route_named("audit").dlq_page
+    assert audit_page is not None and audit_page.secret.get_secret_value() == "audit-page-secret"
     assert config.kafka.client_config()["bootstrap.servers"] == "127.0.0.1:9092"
     assert config.kafka.notes == ()  # every [kafka] setting reaches the clients it is for
     assert config.spark.checkpoint_dir == str(tmp_path / ".siding" / "checkpoints")

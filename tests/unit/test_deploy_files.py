@@ -38,6 +38,7 @@ def exported() -> dict[str, set[str]]:
         [TaskResult(counts=StepCounts(records=2, to_dlq=1), stats=stats, dead_reasons={"x": 1})],
         1,
     )
+    sink.on_page("r", False, 2)
     facts = RouteKafka(
         partitions=(partition_lag("t", 0, 0, 10, 4),),
         lanes=(lane_backlog("retry-1", "l", [], [5_000]),),
@@ -111,7 +112,7 @@ def test_the_alert_rules_pass_promtool() -> None:
         [tool("promtool"), "check", "rules", str(RULES)], check=False, capture_output=True
     )
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-    assert b"SUCCESS: 6 rules found" in done.stdout
+    assert b"SUCCESS: 8 rules found" in done.stdout
 
 
 LAG_TEST = """
@@ -139,6 +140,46 @@ tests:
 def test_the_lag_alert_fires_for_a_growing_lag_only(tmp_path: Path) -> None:
     case = tmp_path / "lag-test.yml"
     case.write_text(LAG_TEST.replace("RULES", str(RULES)))
+    done = subprocess.run(
+        [tool("promtool"), "test", "rules", str(case)], check=False, capture_output=True
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+
+
+DEAD_LETTER_TEST = """
+rule_files: [RULES]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # route a dead-letters one record at minute 5; route b none
+      - series: 'siding_records_total{route="a",lane="main",outcome="dlq"}'
+        values: '0x4 1x30'
+      - series: 'siding_records_total{route="b",lane="main",outcome="dlq"}'
+        values: '0x35'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: SidingDeadLetter
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: SidingDeadLetter
+        exp_alerts:
+          - exp_labels: {severity: ticket, route: a}
+            exp_annotations:
+              summary: "siding route a dead-lettered a record in the last 15 minutes"
+              description: "`siding dlq list --route a --since 15m` shows why."
+      - eval_time: 6m
+        alertname: SidingDeadLetters
+        exp_alerts: []
+      - eval_time: 25m
+        alertname: SidingDeadLetter
+        exp_alerts: []
+"""
+
+
+def test_one_dead_letter_fires_the_dead_letter_alert_and_only_for_a_while(tmp_path: Path) -> None:
+    case = tmp_path / "dead-letter-test.yml"
+    case.write_text(DEAD_LETTER_TEST.replace("RULES", str(RULES)))
     done = subprocess.run(
         [tool("promtool"), "test", "rules", str(case)], check=False, capture_output=True
     )

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from siding.config.http_request import refusal
 from siding.errors import ConfigError
 from siding.model import Delivery, delivery_id
-from siding.transport.http import (
+from siding.transport.http import HttpTransport, WebhookSpec
+from siding.transport.http_headers import (
     MAX_FORWARDED_VALUE_BYTES,
-    HttpTransport,
-    WebhookSpec,
     build_headers,
     header_value,
     printable_key,
@@ -77,6 +77,49 @@ def test_no_secret_means_no_signature_and_a_token_means_a_bearer_header() -> Non
 
     assert "webhook-signature" not in headers
     assert headers["authorization"] == "Bearer t0ken"
+
+
+def test_the_idempotency_key_is_the_delivery_id_and_static_headers_follow_sidings() -> None:
+    static = (("X-Api-Key", "k3y"), ("X-Team", "billing"))
+    first = build_headers(delivery(), timestamp_s=TS, static=static, idempotency_key=True)
+    retried = build_headers(
+        delivery(attempt=3, lane=2), timestamp_s=TS + 60, static=static, idempotency_key=True
+    )
+
+    for built in (first, retried):
+        headers = dict(built.headers)
+        assert headers["idempotency-key"] == "trips/3/42" == headers["webhook-id"]
+        assert (headers["X-Api-Key"], headers["X-Team"]) == ("k3y", "billing")
+    assert "idempotency-key" not in as_dict(delivery())
+
+
+def test_a_producers_header_never_replaces_the_operators_or_the_idempotency_key() -> None:
+    kafka = (("x-api-key", b"forged"), ("Idempotency-Key", b"mine"), ("app", b"1"))
+    built = build_headers(
+        delivery(headers=kafka), timestamp_s=TS, static=(("X-Api-Key", "k3y"),),
+        idempotency_key=True,
+    )  # fmt: skip
+
+    lowered = [(name.lower(), value) for name, value in built.headers]
+    assert ("x-api-key", "k3y") in lowered and ("x-api-key", "forged") not in lowered
+    assert [v for n, v in lowered if n == "idempotency-key"] == ["trips/3/42"]
+    assert ("app", "1") in lowered
+    assert built.dropped == 2
+    # Without siding's key, the producer's own Idempotency-Key is forwarded
+    plain = build_headers(delivery(headers=kafka), timestamp_s=TS)
+    assert ("Idempotency-Key", "mine") in plain.headers
+
+
+def test_every_header_siding_writes_is_refused_as_a_static_header() -> None:
+    built = build_headers(
+        delivery(key=b"\x00", timestamp_ms=5), timestamp_s=TS, secret=SECRET,
+        bearer_token="t", idempotency_key=True,
+    )  # fmt: skip
+
+    for name, _ in built.headers:
+        assert refusal(name) is not None, name
+        assert refusal(name.upper()) is not None, name
+    assert refusal("X-Api-Key") is None
 
 
 def test_source_and_type_are_configurable() -> None:
@@ -161,6 +204,9 @@ FORWARDING = [
     pytest.param("connection", b"close", False, id="connection"),
     pytest.param("expect", b"100-continue", False, id="expect"),
     pytest.param("upgrade", b"h2c", False, id="upgrade"),
+    # a producer's encoding header would make the SDKs inflate the value before verifying a
+    # signature made over it as stored: 401, and a route backing off for good
+    pytest.param("Content-Encoding", b"gzip", False, id="content-encoding"),
 ]
 
 
@@ -235,6 +281,10 @@ def test_printable_key(key: bytes | None, expected: str | None) -> None:
         pytest.param({"max_response_bytes": -1}, "max_response_bytes", id="response-bytes"),
         pytest.param({"ca_file": "/nonexistent/ca.pem"}, "ca_file", id="missing-ca"),
         pytest.param({"ca_file": "/etc/hosts", "insecure": True}, "ca_file", id="ca-and-insecure"),
+        pytest.param({"url": "https://h/o/{nope}"}, "endpoint", id="template"),
+        pytest.param({"method": "GET"}, "method", id="method"),
+        pytest.param({"headers": (("Host", "x"),)}, "headers.Host", id="own-header"),
+        pytest.param({"headers": (("X-A", "a\r\nb"),)}, "headers.X-A", id="header-crlf"),
     ],
 )
 def test_bad_transport_settings_are_config_errors(kwargs: dict[str, Any], key: str) -> None:

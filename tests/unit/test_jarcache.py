@@ -21,6 +21,7 @@ from siding.jarcache import JarLock, LockedJar
 
 CONNECTOR = b"connector bytes " * 1000
 CLIENTS = b"kafka-clients bytes " * 700
+AWS = b"hadoop-aws bytes " * 300
 
 
 def _jar(coordinates: str, content: bytes) -> LockedJar:
@@ -40,6 +41,7 @@ LOCK = JarLock(
     sets={
         "kafka": (_jar("org.apache.kafka:kafka-clients:3.9.2", CLIENTS),),
         "spark": (_jar("org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0", CONNECTOR),),
+        "s3": (_jar("org.apache.hadoop:hadoop-aws:3.5.0", AWS),),
     },
 )
 _SPARK = "spark-sql-kafka-0-10_2.13"
@@ -107,6 +109,9 @@ def test_jars_are_downloaded_verified_and_never_fetched_again(
     assert first == second == [tmp_path / "kafka" / "kafka-clients-3.9.2.jar"]
     assert first[0].read_bytes() == CLIENTS
     assert first[0].stat().st_mode & 0o777 == 0o644
+    # (the stamp that says they were verified too: a folder filled by root is used by a service
+    # user, or by an image's uid 10001, which cannot write it)
+    assert (tmp_path / "kafka" / ".verified").stat().st_mode & 0o777 == 0o644
     assert len(repository.requests) == 1
     assert _leftovers(tmp_path / "kafka") == []
 
@@ -164,9 +169,9 @@ def test_offline_with_nothing_cached_is_one_error_naming_the_command(tmp_path: P
 
 @pytest.mark.parametrize("nested", [True, False])
 def test_jars_are_taken_from_a_folder_and_checked(tmp_path: Path, nested: bool) -> None:
-    # Given a siding jars folder (kafka/, spark/) or one flat folder of jars
+    # Given a siding jars folder (kafka/, spark/, s3/) or one flat folder of jars
     source = tmp_path / "source"
-    for name, content in (("kafka", CLIENTS), ("spark", CONNECTOR)):
+    for name, content in (("kafka", CLIENTS), ("spark", CONNECTOR), ("s3", AWS)):
         jar = LOCK.sets[name][0]
         where = source / name if nested else source
         where.mkdir(parents=True, exist_ok=True)
@@ -196,6 +201,7 @@ def test_siding_jars_from_a_folder_then_path(
     source.mkdir()
     (source / "kafka-clients-3.9.2.jar").write_bytes(CLIENTS)
     (source / "spark-sql-kafka-0-10_2.13-4.2.0.jar").write_bytes(CONNECTOR)
+    (source / "hadoop-aws-3.5.0.jar").write_bytes(AWS)
     main._register()
     runner = CliRunner()
     # When `siding jars --from DIR` runs, then it prints the folder it filled
@@ -263,7 +269,7 @@ def test_the_shipped_lock_was_made_from_these_poms() -> None:
     # After editing jvm/*/pom.xml: `python -m siding.jvm lock` (mvn), then commit the lock.
     lock = jvm.jar_lock()
     root = jvm.project_root()
-    assert set(lock.poms) == {"jvm/kafka/pom.xml", "jvm/spark/pom.xml"}
+    assert set(lock.poms) == {"jvm/kafka/pom.xml", "jvm/spark/pom.xml", "jvm/s3/pom.xml"}
     for pom, digest in lock.poms.items():
         assert jarcache.sha256_of(root / pom) == digest, f"{pom} changed: python -m siding.jvm lock"
 

@@ -142,6 +142,7 @@ def test_a_routes_topics_are_one_list_with_their_partitions_and_settings() -> No
         "siding.billing.state-audit",
         "siding.billing.state-live",
         "siding.billing.state-progress",
+        "siding.billing.state-fence",
     )
     assert [t.role for t in owned.all[:5]] == [
         naming.Role.LANE,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -12,7 +10,7 @@ from siding.cli import main
 from siding.cli.offsets import _notes, _table
 from siding.config import parse_config
 from siding.kafka.admin import Committed
-from siding.pipeline.offline import offset_log, positions
+from siding.pipeline.offline import offset_log, positions, storage
 from siding.pipeline.offline.moves import RouteOffsets
 
 CONFIG = """
@@ -32,7 +30,8 @@ def _view(position: offset_log.Position | None, running: str | None = None) -> R
     route = parse_config(CONFIG).route[0]
     group = {0: Committed(10230, positions.mark("batch=1412")), 1: Committed(9000, "")}
     extents = {0: (0, 10410), 1: (0, 10002)}
-    return RouteOffsets(route, Path("/ck/billing"), extents, position, group, running, False)
+    where = storage.place("/ck/billing")
+    return RouteOffsets(route, where, extents, position, group, running, False)
 
 
 def _text(view: RouteOffsets, chosen: dict[int, int] | None = None) -> str:

@@ -135,6 +135,19 @@ def test_a_route_with_client_certificates_takes_only_tls_instances() -> None:
     assert "TLS" in (refusal(route, join_request({"address": "h:1"}).endpoint) or "")
 
 
+def test_an_instance_joins_with_a_url_template_but_not_a_batching_route() -> None:
+    plain = parse_route({"name": "r", "topic": "t", "group": "g"})
+    batching = parse_route({"name": "b", "topic": "t", "group": "g", "batch": {"max": 8}})
+    templated = join_request({"address": "http://h:1/orders/{key}"}).endpoint
+    fixed = join_request({"address": "http://h:1/orders"}).endpoint
+
+    assert refusal(plain, templated) is None and refusal(batching, fixed) is None
+    assert "placeholders" in (refusal(batching, templated) or "")
+    with pytest.raises(ConfigError, match="unknown placeholder") as caught:
+        join_request({"address": "http://h:1/orders/{nope}"})
+    assert caught.value.key == "address"
+
+
 ROUTE_ERRORS = [
     ({"name": "x", "topic": "t", "group": "g", "deadlin": "1s"}, "route[x].deadlin",
      "unknown key (did you mean 'deadline'?)"),

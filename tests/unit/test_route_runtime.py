@@ -18,11 +18,16 @@ from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain
-from siding.pipeline.driver.query import short_error
+from siding.pipeline.driver.query import (
+    MAX_RESTARTS_AFTER_ANOTHER_WRITE,
+    restart_after,
+    short_error,
+)
 from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes, query_names
 from siding.pipeline.driver.topics import Prepared, RouteFailed
 from siding.pipeline.offline import moves, owner
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
+from siding.routing.producer import distinct
 
 
 def _config(tmp_path: Path, *names: str) -> SidingConfig:
@@ -64,7 +69,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Each Kafka-facing step of ``open``, by route; a source named ``src-missing`` fails."""
     done: list[str] = []
 
-    def prepare(_admin: Any, route: RouteConfig) -> Prepared:
+    def prepare(_admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:  # noqa: ARG001
         if route.name == "missing":
             raise RouteFailed(f"route {route.name}: source topic src-missing does not exist")
         done.append(f"prepare {route.name}")
@@ -94,6 +99,26 @@ def test_open_takes_the_lock_and_topics_and_claims_the_checkpoint_stop_gives_the
     assert _free(route_dir)
     runtime.stop()  # a second stop gives back nothing more (and does not fail)
     assert _free(route_dir)
+
+
+@pytest.mark.usefixtures("steps")
+def test_a_stop_gives_back_the_checkpoint_before_it_waits_for_the_last_dlq_page(
+    tmp_path: Path,
+) -> None:
+    # (issue 28: a standby waited up to the pager's 5 s for a page that writes nothing to Kafka)
+    config = _config(tmp_path, "a")
+    runtime = _runtime(config, config.route[0])
+    runtime.open()
+    route_dir = _route_dir(tmp_path, "a")
+    seen: list[bool] = []
+
+    class Pager:
+        def stop(self) -> None:
+            seen.append(_free(route_dir))
+
+    runtime.pager = Pager()  # type: ignore[assignment]
+    runtime.stop()
+    assert seen == [True]
 
 
 @pytest.mark.usefixtures("steps")
@@ -182,3 +207,65 @@ def test_a_query_error_is_told_by_its_line_about_siding() -> None:
     assert short_error(trace) == "siding.errors.BatchFailed: lane 1"
     assert short_error("first line\nsecond") == "first line"
     assert short_error("  ") == "unknown error"
+
+
+def test_a_query_error_is_never_told_by_a_stack_frame() -> None:
+    # (issue 27: a route once stopped on 'File ".../pipeline/batch.py", line 226, in ...')
+    trace = (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent"
+        " call last):\n"
+        '  File "/x/siding/pipeline/driver/batch.py", line 226, in run_with_retries\n'
+        "    return run()\n"
+        "siding.pipeline.driver.batch.BatchFailed: route r lane 0 batch 3: no\n"
+        "\tat org.apache.spark.sql.execution.streaming.StreamExecution.run(StreamExecution.scala:1)"
+    )
+    assert (
+        short_error(trace) == "siding.pipeline.driver.batch.BatchFailed: route r lane 0 batch 3: no"
+    )
+    spark_only = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/siding/cli/run.py", line 9, in run\n'
+        "org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized\n"
+        "\tat org.apache.kafka.X.y(X.java:1)"
+    )
+    assert short_error(spark_only) == (
+        "org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized"
+    )
+
+
+def test_a_query_error_is_never_told_by_spark_s_description_of_the_query() -> None:
+    # (CI, stop 33: a route stopped on "siding.fence.parked stopped: Identifier: siding.fence.parked
+    # [id = ..., runId = ...]", the query's name matching "siding", the cause never said)
+    text = (
+        "org.apache.spark.sql.streaming.StreamingQueryException: Multiple streaming queries are"
+        " concurrently using file:/ckpt/offsets\n"
+        "=== Streaming Query ===\n"
+        "Identifier: siding.fence.parked [id = 1, runId = 2]\n"
+        "Current Committed Offsets: {KafkaV2[Subscribe[siding.fence.park]]: {}}\n"
+    )
+    assert short_error(text) == (
+        "org.apache.spark.sql.streaming.StreamingQueryException: Multiple streaming queries are"
+        " concurrently using file:/ckpt/offsets"
+    )
+    assert short_error("=== Streaming Query ===\nIdentifier: siding.x") == "unknown error"
+
+
+def test_a_fenced_route_starts_a_query_again_after_another_driver_wrote_its_checkpoint() -> None:
+    spark_said = (
+        "org.apache.spark.sql.streaming.StreamingQueryException: [CONCURRENT_STREAM_LOG_UPDATE]"
+        " Concurrent update to the log. Multiple streaming jobs detected for 12."
+    )
+    assert restart_after(spark_said, holds_fence=True, restarts=0)
+    last = MAX_RESTARTS_AFTER_ANOTHER_WRITE
+    assert restart_after(spark_said, holds_fence=True, restarts=last - 1)
+    # Not forever, not without the fence (then this driver may be the one that lost it; an
+    # unfenced route's lock keeps a second driver out), not for any other error
+    assert not restart_after(spark_said, holds_fence=True, restarts=last)
+    assert not restart_after(spark_said, holds_fence=False, restarts=0)
+    assert not restart_after("siding.errors.BatchFailed: lane 1", holds_fence=True, restarts=0)
+
+
+def test_a_write_that_fails_the_same_way_for_every_record_says_it_once() -> None:
+    errors = ["out: Local: Unknown topic"] * 20 + ["dlq: Broker: Not leader"]
+    assert distinct(errors) == "out: Local: Unknown topic (x20); dlq: Broker: Not leader"
+    assert distinct(["a", "b", "c", "d", "e"]) == "a; b; c; and 2 other error(s)"

@@ -72,7 +72,8 @@ func (wh *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if r.Method != http.MethodPost {
+	// A route may send with POST, PUT or PATCH ([route.http] method), to any path.
+	if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
 		w.WriteHeader(http.StatusMethodNotAllowed)
 		return
 	}
@@ -84,6 +85,13 @@ func (wh *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if body, err = DecodeBody(r.Header, body, wh.opts.maxBody); err != nil {
+		var bad *BodyError
+		errors.As(err, &bad)
+		http.Error(w, err.Error(), bad.Status)
+		return
+	}
+	r.Header.Del("Content-Encoding") // the handler sees the decoded body
 	if wh.key != nil {
 		if _, err := Verify(wh.key, r.Header, body, wh.opts.now(), wh.opts.tolerance); err != nil {
 			http.Error(w, "webhook verification failed: "+err.Error(), http.StatusUnauthorized)

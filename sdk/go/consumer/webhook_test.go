@@ -27,7 +27,12 @@ func recording(h Handler) (Handler, chan Delivery) {
 
 func post(t *testing.T, url string, header http.Header, body []byte, sign bool) (int, http.Header, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	return send(t, http.MethodPost, url, header, body, sign)
+}
+
+func send(t *testing.T, method, url string, header http.Header, body []byte, sign bool) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, bytes.NewReader(body))
 	req.Header = header.Clone()
 	if sign {
 		key, _ := SecretKey(secret)
@@ -77,6 +82,25 @@ func TestASingleDeliveryIsReadVerifiedAndAnsweredByStatus(t *testing.T) {
 	}
 	if len(d.Headers) != 1 || d.Headers[0].Key != "traceparent" {
 		t.Errorf("headers %v: want only the record's own", d.Headers)
+	}
+}
+
+func TestARouteThatPutsToAPathWithTheKeyIsAnsweredToo(t *testing.T) {
+	srv := webhookServer(t, byKey)
+	header := http.Header{"Ce-Id": {"orders/0/1"}, "Webhook-Id": {"orders/0/1"}, "Ce-Subject": {"dead"}}
+	for _, tc := range []struct {
+		method string
+		want   int
+	}{
+		{http.MethodPut, http.StatusUnprocessableEntity},
+		{http.MethodPatch, http.StatusUnprocessableEntity},
+		{http.MethodGet, http.StatusMethodNotAllowed},
+		{http.MethodDelete, http.StatusMethodNotAllowed},
+	} {
+		status, _, _ := send(t, tc.method, srv.URL+"/orders/dead", header, []byte("v"), true)
+		if status != tc.want {
+			t.Errorf("%s: got %d, want %d", tc.method, status, tc.want)
+		}
 	}
 }
 

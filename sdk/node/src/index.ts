@@ -23,4 +23,5 @@ export {
   verifyWebhook,
 } from "./signing.js";
 export { BATCH_CONTENT_TYPE } from "./envelope.js";
+export { BodyEncodingError, decodeBody } from "./encoding.js";
 export { CONSUMER_PROTO, CONSUMER_SERVICE } from "./proto.js";

@@ -3,6 +3,7 @@
 
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from "node:http";
 import type { Delivery } from "./delivery.js";
+import { BodyEncodingError, decodeBody, withoutEncoding } from "./encoding.js";
 import {
   EnvelopeError,
   type HttpAnswer,
@@ -39,6 +40,7 @@ export interface WebhookServerOptions extends WebhookOptions {
 }
 
 const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
+const DELIVERY_METHODS = new Set(["POST", "PUT", "PATCH"]);
 type Listener = (request: IncomingMessage, response: ServerResponse) => void;
 
 /** Requests answered so far: one-delivery requests, batch requests and the deliveries in them. */
@@ -95,12 +97,21 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
 
   async function answer(request: IncomingMessage): Promise<HttpAnswer> {
     if (request.method === "OPTIONS") return { status: 204, headers: {}, body: "" };
-    if (request.method !== "POST") return plain(405, "siding deliveries are POSTed");
+    // A route may send with POST, PUT or PATCH ([route.http] method), to any path.
+    if (!DELIVERY_METHODS.has(request.method ?? "")) {
+      return plain(405, "siding deliveries are POSTed, PUT or PATCHed");
+    }
     let body: Buffer;
     try {
       body = await readBody(request, limit);
     } catch (error) {
       if (error instanceof TooLarge) return plain(413, `request body over ${limit} bytes`);
+      throw error;
+    }
+    try {
+      body = decodeBody(request.headers, body, limit);
+    } catch (error) {
+      if (error instanceof BodyEncodingError) return plain(error.status, error.message);
       throw error;
     }
     if (options.secret !== null) {
@@ -122,7 +133,7 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
           replies,
         );
       }
-      const delivery = deliveryFromRequest(request.rawHeaders, body);
+      const delivery = deliveryFromRequest(withoutEncoding(request.rawHeaders), body);
       counts.single += 1;
       return singleAnswer(await runHandler(handler, delivery, "webhook", logger));
     } catch (error) {

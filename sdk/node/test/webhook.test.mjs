@@ -1,6 +1,7 @@
 // The webhook server against real HTTP requests on loopback, signed as siding signs them.
 import assert from "node:assert/strict";
 import http from "node:http";
+import { gzipSync } from "node:zlib";
 import { after, before, describe, it } from "node:test";
 import { WebhookServer, ack, dead, retry, signWebhook } from "../dist/index.js";
 import { deferred, quiet } from "./helpers.mjs";
@@ -128,6 +129,39 @@ describe("WebhookServer", () => {
     });
     assert.equal(server.stats().batches - before.batches, 1);
     assert.equal(server.stats().batchDeliveries - before.batchDeliveries, 3);
+  });
+
+  it("answers a route that PUTs or PATCHes to a path with the key, and 405 to GET", async () => {
+    const body = Buffer.from("dead");
+    for (const method of ["PUT", "PATCH"]) {
+      const r = await request(`${server.url}orders/dead`, method, sidingHeaders("orders/0/30", body), body);
+      assert.equal(r.status, 422, method);
+    }
+    assert.equal((await request(`${server.url}orders/dead`, "GET")).status, 405);
+  });
+
+  it("decodes a gzip body, verifies what it decoded and hands it to the handler", async () => {
+    const value = Buffer.from('{"sku": "SKU-1", "qty": 1} '.repeat(30)); // 810 bytes, under the limit
+    const headers = { ...sidingHeaders("orders/0/30", value), "content-encoding": "gzip" };
+    const r = await post(server.url, headers, gzipSync(value));
+    assert.equal(r.status, 204);
+    const d = seen.at(-1);
+    assert.ok(d.value.equals(value));
+    assert.ok(!d.headers.some((h) => h.key.toLowerCase() === "content-encoding"));
+  });
+
+  it("refuses a body it cannot decode without calling the handler", async () => {
+    const before = seen.length;
+    const cases = [
+      ["br", Buffer.from("x"), 415],
+      ["gzip", Buffer.from("not gzip"), 400],
+      ["gzip", gzipSync(Buffer.alloc(4096)), 413], // 4 KiB decoded, over maxBodyBytes
+    ];
+    for (const [encoding, body, status] of cases) {
+      const headers = { ...sidingHeaders("orders/0/31", Buffer.alloc(0)), "content-encoding": encoding };
+      assert.equal((await post(server.url, headers, body)).status, status, encoding);
+    }
+    assert.equal(seen.length, before);
   });
 
   it("answers 413 over the body limit, 400 to a request that is not siding's, 204 to OPTIONS", async () => {

@@ -113,6 +113,14 @@ def test_a_single_request_reads_as_its_delivery() -> None:
         delivery_from_request({"ce-id": "a/0/1", "siding-attempt": "x"}, b"")
 
 
+def test_sidings_idempotency_key_is_not_a_kafka_header_but_a_producers_own_is() -> None:
+    ours = {"ce-id": "t/0/1", "Idempotency-Key": "t/0/1", "X-Team": "billing"}
+    theirs = {"ce-id": "t/0/1", "Idempotency-Key": "pay-77"}
+
+    assert delivery_from_request(ours, b"").headers == (("X-Team", b"billing"),)
+    assert delivery_from_request(theirs, b"").headers == (("Idempotency-Key", b"pay-77"),)
+
+
 def test_content_types() -> None:
     assert is_batch("application/cloudevents-batch+json; charset=utf-8")
     assert not is_batch("application/octet-stream")

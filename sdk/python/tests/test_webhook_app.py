@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import time
 from collections.abc import MutableMapping
@@ -11,13 +12,16 @@ from typing import Any
 import pytest
 
 from siding_consumer import (
+    BodyEncodingError,
     ConfigError,
     Delivery,
     Reply,
     WebhookApp,
+    WebhookVerifier,
     ack,
     current_call,
     dead,
+    decode_body,
     retry,
 )
 from siding_consumer.signing import sign
@@ -35,10 +39,13 @@ async def by_key(d: Delivery) -> Reply:
     return ack()
 
 
-async def call(app: WebhookApp, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+async def call(
+    app: WebhookApp, headers: dict[str, str], body: bytes, method: str = "POST", path: str = "/"
+) -> tuple[int, bytes]:
     scope = {
         "type": "http",
-        "method": "POST",
+        "method": method,
+        "path": path,
         "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
     }
     sent: list[dict[str, Any]] = []
@@ -76,6 +83,19 @@ async def test_a_single_delivery_is_verified_and_answered_by_status() -> None:
     assert b"no webhook-signature matches" in body
 
 
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+async def test_a_route_that_puts_to_a_path_with_the_key_is_answered_too(method: str) -> None:
+    app = WebhookApp(by_key, SECRET)
+    headers = signed("t/0/1", b"v", **{"ce-id": "t/0/1", "ce-subject": "dead"})
+
+    assert await call(app, headers, b"v", method, "/orders/dead") == (422, b"poison")
+
+
+@pytest.mark.parametrize(("method", "status"), [("GET", 405), ("DELETE", 405), ("OPTIONS", 204)])
+async def test_other_methods_are_not_deliveries(method: str, status: int) -> None:
+    assert (await call(WebhookApp(by_key), {"ce-id": "t/0/1"}, b"", method))[0] == status
+
+
 async def test_a_batch_is_answered_per_delivery() -> None:
     events = [
         {
@@ -111,3 +131,64 @@ async def test_a_request_siding_would_not_send_is_a_400_naming_the_field() -> No
 def test_a_bad_secret_fails_at_startup() -> None:
     with pytest.raises(ConfigError, match="whsec_"):
         WebhookApp(by_key, "whsec_%%%")
+
+
+# --- bodies siding compressed (Content-Encoding: gzip; signed before compressing) ---------------
+
+VALUE = b'{"order": 1, "items": ["a", "b", "c"]}' * 40
+
+
+async def echo(d: Delivery) -> Reply:
+    return dead((d.value or b"")[:12].decode())  # the handler's view of the value, in the answer
+
+
+async def test_a_gzip_body_is_decoded_then_verified_and_handled() -> None:
+    app = WebhookApp(echo, SECRET)
+    headers = signed("t/0/1", VALUE, **{"ce-id": "t/0/1", "content-encoding": "gzip"})
+    assert await call(app, headers, gzip.compress(VALUE)) == (422, VALUE[:12])
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "status", "fragment"),
+    [
+        ("br", b"x", 415, b"'br' is not supported"),
+        ("gzip", b"not gzip at all", 400, b"does not decode"),
+        ("gzip", gzip.compress(VALUE)[:-6], 400, b"cut short"),
+        ("gzip", gzip.compress(b"\0" * 100_000), 413, b"larger than 65536 bytes decoded"),
+    ],
+    ids=["unknown", "broken", "truncated", "bomb"],
+)
+async def test_a_body_that_cannot_be_decoded_is_refused_without_the_handler(
+    encoding: str, body: bytes, status: int, fragment: bytes
+) -> None:
+    app = WebhookApp(echo, SECRET, max_body_bytes=65_536)
+    headers = signed("t/0/1", b"", **{"ce-id": "t/0/1", "content-encoding": encoding})
+    got_status, text = await call(app, headers, body)
+    assert got_status == status
+    assert fragment in text
+
+
+def test_decode_body_leaves_a_plain_body_alone() -> None:
+    assert decode_body({"Content-Type": "application/json"}, VALUE, 10) is VALUE
+    assert decode_body({"Content-Encoding": "GZIP"}, gzip.compress(VALUE), 10_000) == VALUE
+    with pytest.raises(BodyEncodingError) as caught:
+        decode_body({"content-encoding": "deflate"}, VALUE, 10_000)
+    assert caught.value.status == 415
+
+
+async def test_the_verifier_hands_the_app_the_decoded_body_marked_as_such() -> None:
+    seen: dict[str, Any] = {}
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        seen["headers"] = dict(scope["headers"])
+        seen["body"] = (await receive())["body"]
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    verifier = WebhookVerifier(inner, SECRET)
+    headers = signed("t/0/1", VALUE, **{"content-encoding": "gzip", "content-length": "99"})
+    status, _ = await call(verifier, headers, gzip.compress(VALUE))  # type: ignore[arg-type]
+    assert status == 204
+    assert seen["body"] == VALUE
+    assert b"content-encoding" not in seen["headers"]
+    assert seen["headers"][b"content-length"] == str(len(VALUE)).encode()

@@ -67,7 +67,13 @@ def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
     show_default=True,
     help="json: one JSON object per line, with the batch and breaker fields.",
 )
-def run(path: Path, log_level: str, log_format: str) -> None:
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="Start Spark, then wait for the routes' fences ([fence]); take the routes over when"
+    " their driver dies or stops.",
+)
+def run(path: Path, log_level: str, log_format: str, standby: bool) -> None:
     """Run every route of the config until Ctrl-C / SIGTERM (or `siding ctl drain`): each route
     then drains (docs/operations.md, "Stopping siding"); a second signal stops at once."""
     from siding.control.runner import SidingRun
@@ -76,7 +82,11 @@ def run(path: Path, log_level: str, log_format: str) -> None:
     config = load_config(path)
     for note in config.kafka.notes:
         log.warning("%s", note)
-    siding = SidingRun(config)
+    if standby and not config.fenced:
+        raise click.UsageError(
+            "--standby needs the fence: [fence] enabled = true, or a remote checkpoint_dir"
+        )
+    siding = SidingRun(config, standby=standby)
 
     def _on_signal(_signum: int, _frame: FrameType | None) -> None:
         siding.request_stop()

@@ -17,7 +17,7 @@ from siding.config.models import (
     RouteConfig,
     SidingConfig,
 )
-from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
+from siding.config.sections import ControlConfig, FenceConfig, KafkaConfig, SparkConfig
 from siding.config.values import (
     format_duration,
     interpolate,
@@ -43,6 +43,7 @@ __all__ = [
     "ControlConfig",
     "Duration",
     "Endpoint",
+    "FenceConfig",
     "KafkaConfig",
     "LaneConfig",
     "PositiveDuration",

@@ -141,24 +141,42 @@ def _load_files(data: dict[str, Any], base: Path) -> None:
         auth = route.get("auth") if isinstance(route, dict) else None
         if isinstance(auth, dict):
             _read_secret_files(auth, base, ("route", i, "auth"))
+        page = route.get("dlq_page") if isinstance(route, dict) else None
+        if isinstance(page, dict):
+            _read_secret_file(page, "secret", base, ("route", i, "dlq_page"))
 
 
 def _read_secret_files(auth: dict[str, Any], base: Path, loc: Loc) -> None:
     for empty in [key for key, value in auth.items() if value == ""]:
         del auth[empty]  # "${TOKEN:-}" means "no token"
     for inline, file_key in SECRET_FILE_KEYS.items():
-        path = auth.get(file_key)
-        if not isinstance(path, str):
-            continue
-        if inline in auth:
-            raise Problem((*loc, file_key), f"give either {inline} or {file_key}, not both")
-        resolved = base / path
-        try:
-            content = resolved.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise Problem((*loc, file_key), f"cannot read {resolved}: {exc}") from None
-        auth[file_key] = str(resolved)
-        auth[inline] = content.strip() if inline in _TRIMMED_SECRETS else content
+        _read_secret_file(auth, inline, base, loc, file_key, trim=inline in _TRIMMED_SECRETS)
+
+
+def _read_secret_file(
+    table: dict[str, Any],
+    inline: str,
+    base: Path,
+    loc: Loc,
+    file_key: str | None = None,
+    *,
+    trim: bool = True,
+) -> None:
+    """``file_key`` (``<inline>_file``) read into ``inline`` (surrounding whitespace removed
+    unless ``trim`` is off)."""
+    file_key = file_key or f"{inline}_file"
+    path = table.get(file_key)
+    if not isinstance(path, str):
+        return
+    if inline in table:
+        raise Problem((*loc, file_key), f"give either {inline} or {file_key}, not both")
+    resolved = base / path
+    try:
+        content = resolved.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Problem((*loc, file_key), f"cannot read {resolved}: {exc}") from None
+    table[file_key] = str(resolved)
+    table[inline] = content.strip() if trim else content
 
 
 def _resolve_dir(path: str, base: Path) -> str:

@@ -6,8 +6,6 @@ name the exact key; docs/configuration.md documents every key.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -15,8 +13,27 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
-from siding.config.sections import ControlConfig, KafkaConfig, SparkConfig
-from siding.config.values import Scheme, parse_endpoint_url
+from siding.config.http_request import HttpConfig
+from siding.config.paging import DlqPageConfig, shown_url
+from siding.config.pins import (
+    PinsGiven,
+    assign_option,
+    describe_pins,
+    overlap_message,
+    parse_pins,
+    pins_of,
+    pins_problem,
+    shared_partitions,
+)
+from siding.config.sections import (
+    ControlConfig,
+    FenceConfig,
+    KafkaConfig,
+    SparkConfig,
+    fence_on,
+)
+from siding.config.url_template import UrlTemplate, parse_url_template
+from siding.config.values import Scheme, check_webhook_secret, parse_endpoint_url
 from siding.errors import ConfigError
 from siding.model import Lane, Ordering
 from siding.naming import (
@@ -63,6 +80,10 @@ class Endpoint(BaseModel):
     def tls(self) -> bool:
         return self.scheme in ("grpcs", "grpcs+dns", "https")
 
+    def url_template(self) -> UrlTemplate:
+        """A webhook URL as a template (one without placeholders is a static one)."""
+        return parse_url_template(self.url)
+
     @property
     def grpc_target(self) -> str:
         """The target string for a ``grpc.aio`` channel."""
@@ -103,17 +124,9 @@ class AuthConfig(BaseModel):
     @field_validator("webhook_secret")
     @classmethod
     def _whsec(cls, value: SecretStr | None) -> SecretStr | None:
-        # The same rule as siding.transport.signing: whsec_<base64>, or any other text as bytes.
         secret = value.get_secret_value() if value is not None else ""
-        if not secret.startswith("whsec_"):
-            return value
-        encoded = secret.removeprefix("whsec_")
-        try:
-            decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            decoded = b""
-        if not decoded:
-            raise ValueError("a whsec_ secret must be base64 after the prefix")
+        if secret.startswith("whsec_"):  # an empty one is refused when the transport is built
+            check_webhook_secret(secret)
         return value
 
     @field_validator("ca_pem", "cert_pem", "key_pem")
@@ -192,14 +205,16 @@ MAX_LINGER_S = 1.0
 
 
 class BatchConfig(BaseModel):
-    """``batch = { max = 64, linger = "5ms" }``: many deliveries per gRPC frame or HTTP request
+    """``batch = { max = 64, linger = "0s" }``: many deliveries per gRPC frame or HTTP request
     (docs/batch.md). A batch leaves when it holds ``max`` deliveries or its oldest has waited
-    ``linger``."""
+    ``linger`` (0: what is ready leaves at once). ``batch = false`` (``enabled = false``) sends
+    one delivery per call; ``batch = true`` is the defaults."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
+    enabled: bool = True
     max: Count = Field(default=64, ge=1, le=MAX_BATCH)
-    linger: Duration = 0.005
+    linger: Duration = 0.0
 
     @field_validator("linger")
     @classmethod
@@ -209,7 +224,11 @@ class BatchConfig(BaseModel):
         return value
 
 
+# What a gRPC stream route without a ``batch`` key gets (docs/batch.md, "The default").
+DEFAULT_BATCH = BatchConfig()
+
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
+DEFAULT_PROGRESS_EVERY = 100
 MAX_PROGRESS_INTERVAL_S = 60.0
 SOURCE_KEYS = ("topic", "topics", "topic_pattern")
 # Lanes 1 and 2 are tested even on a route with fewer, as they always were: a pattern refused
@@ -236,6 +255,8 @@ class RouteConfig(BaseModel):
     topic: str | None = None
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
+    # Only these partitions of the source (Spark's assign): a list, or a table by topic.
+    partitions: PinsGiven | None = None
     group: str = Field(min_length=1, max_length=255)
     ordering: Ordering = Ordering.UNORDERED
     endpoint: tuple[Endpoint, ...] = ()
@@ -249,6 +270,8 @@ class RouteConfig(BaseModel):
     max_offsets_per_trigger: Count = Field(default=10000, ge=1)
     lanes: tuple[LaneConfig, ...] = Field(default=(), max_length=MAX_LANES)
     dlq: str | None = None
+    # New dead letters announced as signed CloudEvents (docs/dlq.md); None: off.
+    dlq_page: DlqPageConfig | None = None
     # Topics the consumer may answer with records for (docs/outputs.md).
     outputs: tuple[str, ...] = ()
     max_retry_after: Duration = 600.0
@@ -258,11 +281,20 @@ class RouteConfig(BaseModel):
     dlq_flood_min_batch: Count = Field(default=20, ge=1)
     # How often a running batch records the ACKs it got; "0s": not recorded (docs/replay.md).
     progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL_S
+    # ... and at once every this many ACKs; 0: by time only.
+    progress_every: Count = Field(default=DEFAULT_PROGRESS_EVERY, ge=0)
     auth: AuthConfig = AuthConfig()
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
+    # None: the default, batched on a gRPC stream, one per request over HTTP (``batching``).
     batch: BatchConfig | None = None
+    # Webhooks only: the method, static headers and Idempotency-Key (docs/webhooks.md).
+    http: HttpConfig = HttpConfig()
+    # gzip on the wire: HTTP bodies and gRPC unary calls of at least compress_above bytes, every
+    # message of a gRPC stream (docs/configuration.md, "Compression on the wire").
+    compression: Literal["none", "gzip"] = "none"
+    compress_above: Count = Field(default=1024, ge=0)
     # Consumer instances that join at runtime (docs/registration.md).
     registration_token: SecretStr | None = None
     lease: PositiveDuration = DEFAULT_LEASE_S
@@ -343,6 +375,11 @@ class RouteConfig(BaseModel):
             raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
         return value
 
+    @field_validator("partitions", mode="before")
+    @classmethod
+    def _partitions(cls, value: Any) -> PinsGiven | None:
+        return parse_pins(value)
+
     @field_validator("outputs")
     @classmethod
     def _outputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -356,6 +393,15 @@ class RouteConfig(BaseModel):
                 raise ValueError(f"{topic!r} is one of siding's own topics (siding.*)")
         if len(set(value)) < len(value):
             raise ValueError("a topic is listed twice")
+        return value
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch_switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {"enabled": value}
+        if value is not None and not isinstance(value, Mapping | BatchConfig):
+            raise ValueError("expected a table, or true / false")
         return value
 
     @field_validator("endpoint", mode="before")
@@ -389,6 +435,12 @@ class RouteConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RouteConfig:
+        if self.partitions is not None:
+            problem = pins_problem(
+                self.partitions, topic=self.topic, topics=self.topics, pattern=self.topic_pattern
+            )
+            if problem is not None:
+                raise problem
         if self.dlq is not None and self.reads(self.dlq):
             which = "the source topic" if self.topic is not None else "a source topic of the route"
             raise Problem(("dlq",), f"the DLQ must not be {which}")
@@ -405,6 +457,8 @@ class RouteConfig(BaseModel):
             raise Problem(("outputs",), f"{self.dlq!r} is the route's DLQ")
         if self.adaptive.min_in_flight > self.max_in_flight:
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
+        if "compress_above" in self.model_fields_set and self.compression == "none":
+            raise Problem(("compress_above",), "only applies with compression = 'gzip'")
         if not self.endpoint:
             return self  # every endpoint joins at runtime: each is checked when it joins
         first = self.endpoint[0]
@@ -414,8 +468,20 @@ class RouteConfig(BaseModel):
             raise Problem(("endpoint",), "an endpoint is listed twice")
         if "transport" in self.model_fields_set and not first.is_grpc:
             raise Problem(("transport",), "only applies to gRPC endpoints")
-        if self.batch is not None and first.is_grpc and self.transport == "unary":
+        asked = self.batch is not None and self.batch.enabled
+        if asked and first.is_grpc and self.transport == "unary":
             raise Problem(("batch",), "batched delivery needs transport = 'stream' (the default)")
+        if "http" in self.model_fields_set and first.is_grpc:
+            raise Problem(("http",), "only for HTTP endpoints")
+        if asked and not first.is_grpc:
+            for n, endpoint in enumerate(self.endpoint):
+                if not endpoint.url_template().is_static:
+                    where = ("endpoint", n) if len(self.endpoint) > 1 else ("endpoint",)
+                    raise Problem(
+                        where,
+                        "a URL with placeholders needs one request per record: leave out"
+                        " batch or the placeholders",
+                    )
         if self.auth.webhook_secret is not None and first.is_grpc:
             raise Problem(("auth", self.auth.given("webhook_secret")), "only for HTTP endpoints")
         for pem in ("ca_pem", "cert_pem", "key_pem"):
@@ -439,6 +505,22 @@ class RouteConfig(BaseModel):
         """The one source topic of a ``topic = "..."`` route; ``None`` otherwise."""
         return self.topic
 
+    @property
+    def pins(self) -> dict[str, tuple[int, ...]]:
+        """Source topic -> the partitions the route is pinned to; empty when it reads every
+        partition of its sources."""
+        return pins_of(self.partitions, self.topic)
+
+    def pinned(self, topic: str) -> tuple[int, ...] | None:
+        """The partitions of ``topic`` the route reads, or ``None`` for every one."""
+        return self.pins.get(topic)
+
+    def only_pinned(self, topic: str, by_partition: Mapping[int, Any]) -> dict[int, Any]:
+        """Pure: the entries of ``by_partition`` (partition -> anything) of ``topic`` that
+        the route reads (all of them when it is not pinned)."""
+        pinned = self.pinned(topic)
+        return {p: v for p, v in by_partition.items() if pinned is None or p in pinned}
+
     def reads(self, topic: str) -> bool:
         """Pure: whether ``topic`` is one of this route's sources (a pattern matches the whole
         name, as Kafka's ``subscribePattern`` does)."""
@@ -454,8 +536,10 @@ class RouteConfig(BaseModel):
 
     @property
     def subscription(self) -> tuple[str, str]:
-        """Spark's Kafka source option for the route's source: ``("subscribe", "a,b")`` or
-        ``("subscribePattern", regex)``."""
+        """Spark's Kafka source option for the route's source: ``("subscribe", "a,b")``,
+        ``("subscribePattern", regex)``, or ``("assign", '{"a": [0, 1]}')`` when pinned."""
+        if self.pins:
+            return ("assign", assign_option(self.pins))
         if self.topic_pattern is not None:
             return ("subscribePattern", self.topic_pattern)
         return ("subscribe", ",".join(self.source_topics))
@@ -463,10 +547,23 @@ class RouteConfig(BaseModel):
     @property
     def source_label(self) -> str:
         """The source for people: ``orders``, ``orders,refunds`` or ``pattern:orders-.*``
-        (also what a checkpoint's owner file records)."""
+        (also what a checkpoint's owner file records); pinned: ``orders[0,2]``."""
+        if self.pins:
+            return describe_pins(self.pins)
         if self.topic_pattern is not None:
             return f"pattern:{self.topic_pattern}"
         return ",".join(self.source_topics)
+
+    def batching(self, endpoint: Endpoint) -> BatchConfig | None:
+        """Pure: how deliveries to ``endpoint`` are gathered, or ``None`` for one per call.
+        Without a ``batch`` key a gRPC stream batches (a consumer without ``DeliverBatches``
+        gets ``DeliverStream``) and HTTP does not (a webhook that does not read the batch
+        envelope would take a batch for one event: docs/batch.md, "The default")."""
+        if self.batch is not None:
+            return self.batch if self.batch.enabled else None
+        if endpoint.is_grpc and self.transport == "stream":
+            return DEFAULT_BATCH
+        return None
 
     @property
     def message_limit(self) -> int:
@@ -506,6 +603,15 @@ class RouteConfig(BaseModel):
         data["endpoint"] = [e.url for e in self.endpoint]
         if self.endpoint and not self.endpoint[0].is_grpc:
             del data["transport"]
+        if self.endpoint and self.endpoint[0].is_grpc:
+            del data["http"]
+        if self.endpoint:  # the batching in effect, the default's included
+            batching = self.batching(self.endpoint[0])
+            data["batch"] = (
+                False if batching is None else batching.model_dump(mode="json", exclude={"enabled"})
+            )
+        if self.dlq_page is not None:
+            data["dlq_page"]["url"] = shown_url(self.dlq_page.url)
         return data
 
     def lanes_as_model(self) -> tuple[Lane, ...]:
@@ -520,16 +626,27 @@ class RouteConfig(BaseModel):
         )
 
 
-def shares_source(one: RouteConfig, two: RouteConfig) -> bool:
-    """Pure: whether two routes would commit the same group's offsets of a topic: the same
-    group, and a topic one names that the other reads (or the same pattern)."""
+SAME_SOURCE = "another route has the same topic and group"
+
+
+def source_clash(one: RouteConfig, two: RouteConfig) -> str | None:
+    """Pure: why two routes may not run together, or ``None``: both would commit the same
+    group's offsets of a partition (the same group, a topic one names that the other reads or
+    the same pattern, and partitions both read: a pin disjoint from the other's is fine)."""
     if one.group != two.group:
-        return False
+        return None
     if one.topic_pattern is not None and one.topic_pattern == two.topic_pattern:
-        return True
-    return any(two.reads(t) for t in one.source_topics) or any(
-        one.reads(t) for t in two.source_topics
-    )
+        return SAME_SOURCE
+    shared = [t for t in one.source_topics if two.reads(t)]
+    shared += [t for t in two.source_topics if one.reads(t) and t not in shared]
+    for topic in shared:
+        first, second = one.pinned(topic), two.pinned(topic)
+        both = shared_partitions(first, second)
+        if both is None:
+            return SAME_SOURCE
+        if both:
+            return overlap_message((one.name, first), (two.name, second), topic, one.group)
+    return None
 
 
 class SidingConfig(BaseModel):
@@ -540,6 +657,7 @@ class SidingConfig(BaseModel):
     kafka: KafkaConfig
     spark: SparkConfig = SparkConfig()
     control: ControlConfig = ControlConfig()
+    fence: FenceConfig = FenceConfig()
     route: tuple[RouteConfig, ...] = ()
 
     @model_validator(mode="after")
@@ -558,12 +676,17 @@ class SidingConfig(BaseModel):
                     "required key is missing (consumer instances could join the route only"
                     " through the control API, which [control] listen turns off)",
                 )
-            if any(shares_source(other, route) for other in self.route[:i]):
-                raise Problem(("route", i, "group"), "another route has the same topic and group")
+            for earlier in self.route[:i]:
+                clash = source_clash(earlier, route)
+                if clash is not None:
+                    key = "partitions" if route.pins and clash != SAME_SOURCE else "group"
+                    raise Problem(("route", i, key), clash)
             # Kafka refuses topic names that differ only in '.' versus '_' (metric names collide).
             other = names.get(route.name.replace(".", "_"))
             if other == route.name:
-                raise Problem(("route", i, "name"), f"another route is named {route.name!r}")
+                hint = " (routes pinned to partitions of one topic need names of their own)"
+                message = f"another route is named {route.name!r}{hint if route.pins else ''}"
+                raise Problem(("route", i, "name"), message)
             if other is not None:
                 message = (
                     f"differs from route {other!r} only in '.' versus '_': Kafka topic names clash"
@@ -575,6 +698,12 @@ class SidingConfig(BaseModel):
     @property
     def routes(self) -> tuple[RouteConfig, ...]:
         return self.route
+
+    @property
+    def fenced(self) -> bool:
+        """Whether each route is guarded by its fence (``[fence]``; by default exactly when
+        the checkpoint is remote) rather than the checkpoint folder's lock."""
+        return fence_on(self.fence, self.spark.checkpoint_dir)
 
     def route_named(self, name: str) -> RouteConfig:
         for route in self.route:

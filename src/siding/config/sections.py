@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -19,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from siding.config.fields import Duration, Problem, Setting
+from siding.config.fields import Duration, PositiveDuration, Problem, Setting
 from siding.config.kafka_clients import (
     CLIENTS,
     ClientSettings,
@@ -237,3 +238,40 @@ class ControlConfig(BaseModel):
     def takes_routes(self) -> bool:
         """Whether routes can be created at runtime: the API is on and has an admin token."""
         return bool(self.listen) and bool(self.token and self.token.get_secret_value())
+
+
+class FenceConfig(BaseModel):
+    """``[fence]``: at most one driver runs a route, whatever machines they are on: a lease in
+    the route's ``state-fence`` topic (docs/operations.md, "Two drivers for one route: the
+    fence"). ``lease``: how long a holder that stopped renewing keeps the route; ``renew``:
+    how often the holder renews it (at most a third of ``lease``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    # None: on for a remote checkpoint, off for a local folder (``fence_on``).
+    enabled: bool | None = None
+    lease: PositiveDuration = 10.0
+    renew: PositiveDuration = 2.0
+
+    @model_validator(mode="after")
+    def _renew_within_lease(self) -> FenceConfig:
+        if self.renew * 3 > self.lease:
+            raise Problem(
+                ("renew",),
+                f"{self.renew:g}s is more than a third of lease ({self.lease:g}s): a holder"
+                " must renew several times per lease",
+            )
+        return self
+
+
+def remote_checkpoint(checkpoint_dir: str) -> bool:
+    """Whether ``checkpoint_dir`` is a URI other than ``file:`` (``s3a://``, ``hdfs://``...):
+    storage other machines reach, where a file lock guards nothing."""
+    scheme = urlsplit(checkpoint_dir.strip()).scheme
+    # One letter is a Windows drive ("C:\\..."), not a scheme.
+    return len(scheme) > 1 and scheme.lower() != "file"
+
+
+def fence_on(fence: FenceConfig, checkpoint_dir: str) -> bool:
+    """``[fence] enabled`` as set, or else on exactly when the checkpoint is remote."""
+    return fence.enabled if fence.enabled is not None else remote_checkpoint(checkpoint_dir)

@@ -5,11 +5,15 @@ Each raises ``ValueError`` with a message meant for the user; the caller adds th
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
+
+from siding.config.url_template import parse_url_template
 
 _SECRET_NAME = re.compile(
     r"password|passwd|secret|token|credential|jaas|oauthbearer\.config|key\.pem|keystore\.key"
@@ -21,6 +25,22 @@ _SECRET_NAME = re.compile(
 def looks_secret(name: str) -> bool:
     """Whether a pass-through setting's name says its value is a credential."""
     return _SECRET_NAME.search(name) is not None
+
+
+def check_webhook_secret(secret: str) -> None:
+    """A Standard Webhooks secret is ``whsec_<base64>`` or any other non-empty text (its bytes),
+    the rule ``siding.transport.signing`` signs with; raises ``ValueError`` (never echoing it)."""
+    if not secret:
+        raise ValueError("must not be empty")
+    if not secret.startswith("whsec_"):
+        return
+    encoded = secret.removeprefix("whsec_")
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if not decoded:
+        raise ValueError("a whsec_ secret must be base64 after the prefix")
 
 
 # -- durations -----------------------------------------------------------------------------------
@@ -80,13 +100,16 @@ class ParsedUrl:
 
 
 def parse_endpoint_url(url: str) -> ParsedUrl:
-    """An endpoint URL's scheme, host and port; no credentials, no gRPC path."""
+    """An endpoint URL's scheme, host and port; no credentials, no gRPC path. A webhook URL may
+    hold placeholders in its path and query (siding.config.url_template)."""
     text = url.strip()
     scheme = text.split(":", 1)[0].lower() if ":" in text else ""
     if scheme not in SCHEMES:
         raise ValueError(
             f"{text!r}: unsupported scheme; use grpc://, grpcs://, grpc+dns:///, http:// or https://"
         )
+    if scheme in _DEFAULT_PORTS:
+        parse_url_template(text)  # a webhook URL may be a template: check it before the rest
     parts = urlsplit(text)
     if scheme.endswith("+dns"):
         if parts.netloc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from siding.config import RouteConfig, SidingConfig
@@ -28,6 +28,7 @@ class ControlPlane:
         registry: RegistryService | None = None,
         drain: Callable[[], None] | None = None,
         draining: Callable[[], bool] | None = None,
+        fences: Callable[[], Mapping[str, Mapping[str, object]]] | None = None,
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
         topics = [route_topics(r) for r in config.route]
@@ -42,6 +43,7 @@ class ControlPlane:
             registry=registry,
             drain=drain,
             draining=draining,
+            fences=fences,
         )
 
     def routes_changed(self, routes: Sequence[RouteConfig]) -> None:

@@ -143,8 +143,35 @@ class SnapshotCollector(Collector):
         for query in self._queries():
             up.add_metric([query.name], 1.0 if query.active else 0.0)
         yield up
+        yield from page_families(snap)
         if self._kafka is not None:
             yield from kafka_families(snap.routes(), self._kafka, int(time.time() * 1000))
+
+
+def page_families(snap: Snapshot) -> Iterator[Metric]:
+    """Each paging route's DLQ pages ([route.dlq_page], docs/dlq.md)."""
+    sent = CounterMetricFamily(
+        "siding_dlq_pages_sent",
+        "DLQ pages the notification URL took (2xx), each announcing new dead letters.",
+        labels=["route"],
+    )
+    dropped = CounterMetricFamily(
+        "siding_dlq_pages_dropped",
+        "DLQ pages dropped (the notifier down, slow or not 2xx): their letters are in the DLQ,"
+        " only the page was lost.",
+        labels=["route"],
+    )
+    letters = CounterMetricFamily(
+        "siding_dlq_page_letters",
+        "Dead letters counted by DLQ pages, by whether their page was sent or dropped.",
+        labels=["route", "result"],
+    )
+    for route, tally in sorted(snap.pages.items()):
+        sent.add_metric([route], tally.sent)
+        dropped.add_metric([route], tally.dropped)
+        letters.add_metric([route, "sent"], tally.letters_sent)
+        letters.add_metric([route, "dropped"], tally.letters_dropped)
+    yield from (sent, dropped, letters)
 
 
 def kafka_families(routes: Sequence[str], kafka: KafkaFacts, now_ms: int) -> Iterator[Metric]:

@@ -40,8 +40,10 @@ class SidingRun:
         *,
         spark: SparkSession | None = None,
         also: ResultCallback | None = None,
+        standby: bool = False,
     ) -> None:
         self.config = config
+        self.standby = standby
         self.metrics = MetricsSink()
         self.registry = RegistryService(config) if needs_registry(config) else None
         self._spark = spark
@@ -60,8 +62,14 @@ class SidingRun:
             api_routes = self.registry.open()
             config = config.model_copy(update={"route": (*config.route, *api_routes)})
         for route in config.route:
-            self.metrics.declare(route.name, 1 + len(route.lanes))
-        app = Application(config, sink=self._sink(), spark=self._spark, stop_event=self.stop_event)
+            self.metrics.declare(route.name, 1 + len(route.lanes), pages=route.dlq_page is not None)
+        app = Application(
+            config,
+            sink=self._sink(),
+            spark=self._spark,
+            stop_event=self.stop_event,
+            standby=self.standby,
+        )
         self.app = app
         address = config.control.address()
         if address:
@@ -74,6 +82,7 @@ class SidingRun:
                 registry=self.registry,
                 drain=app.request_drain,
                 draining=app.drain.requested.is_set,
+                fences=app.fences if config.fenced else None,
             )
             self.control.start()
             log.info(
@@ -96,11 +105,11 @@ class SidingRun:
             metrics.on_result(route, lane, results, seconds)
             also(route, lane, results, seconds)
 
-        return BatchSink(both)
+        return BatchSink(both, metrics.on_page)
 
     def _routes_changed(self, routes: Sequence[RouteConfig]) -> None:
         for route in routes:
-            self.metrics.declare(route.name, 1 + len(route.lanes))
+            self.metrics.declare(route.name, 1 + len(route.lanes), pages=route.dlq_page is not None)
         if self.control is not None:
             self.control.routes_changed(routes)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -51,8 +51,10 @@ class ControlServer:
         registry: RegistryService | None = None,
         drain: Callable[[], None] | None = None,
         draining: Callable[[], bool] | None = None,
+        fences: Callable[[], Mapping[str, Mapping[str, object]]] | None = None,
     ) -> None:
         self._address = address
+        self._fences = fences
         self._metrics = metrics
         self._queries = queries
         self._controls = controls
@@ -132,6 +134,8 @@ class ControlServer:
             if self._controls is not None:
                 for route in document["routes"]:
                     route["control"] = self._controls.values(route["name"])
+            if self._fences is not None:  # holder, epoch, whether this driver waits for it
+                document["fences"] = self._fences()
             return 200, "application/json", _json(document)
         if route == "/metrics":
             return 200, CONTENT_TYPE_LATEST, render(self._prometheus)

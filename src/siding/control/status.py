@@ -148,6 +148,9 @@ def status_document(
             "outputs": sum(lane["outputs"] for lane in lanes),
             "lanes": lanes,
         }
+        pages = snapshot.pages.get(route)
+        if pages is not None:  # a route with [route.dlq_page] that sent or dropped a page
+            document["dlq_pages"] = {"sent": pages.sent, "dropped": pages.dropped}
         facts = kafka(route) if kafka is not None else None
         if facts is not None:
             document["kafka"] = kafka_document(facts)

@@ -29,7 +29,7 @@ from types import TracebackType
 
 from siding.devkit.certs import TlsFiles, make_tls_files
 from siding.errors import BrokerError
-from siding.jvm import kafka_classpath, require_java
+from siding.jvm import java_options, kafka_classpath, require_java
 
 _LOG4J2 = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -255,7 +255,14 @@ class EmbeddedKafka:
         config.write_text(_render(props))
         log4j = self._dir / "log4j2.xml"
         log4j.write_text(_LOG4J2.format(log=self._dir / "broker.log"))
-        jvm = [java, f"-Xmx{self.heap}", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        jvm = [
+            java,
+            *java_options(),
+            f"-Xmx{self.heap}",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            classpath,
+        ]
         if not (log_dir / "meta.properties").exists():
             self._format(jvm, config)
         with open(self._dir / "broker.out", "ab") as out:

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, assert_never
 
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
@@ -427,6 +427,8 @@ class _Window:
                 self._backoffs.pop(index, None)
                 if not (isinstance(step, ToLane) and self._retry_here(index, step, now_ms)):
                     self._settle(index, step)
+            case _:  # a new step must say here whether it settles the record
+                assert_never(step)
 
     def _retry_here(self, index: int, step: ToLane, now_ms: int) -> bool:
         """Key mode: keep a retried record in the batch, due at its lane's time, its key's line

@@ -65,8 +65,15 @@ def _capacity(value: object) -> int:
 
 
 def refusal(route: RouteConfig, endpoint: Endpoint) -> str | None:
-    """Why ``endpoint`` cannot serve ``route`` (its client certificates need TLS), or ``None``."""
+    """Why ``endpoint`` cannot serve ``route`` (its client certificates need TLS, its batches
+    one URL), or ``None``."""
     auth = route.auth
+    batched = route.batching(endpoint) is not None
+    if batched and not endpoint.is_grpc and not endpoint.url_template().is_static:
+        return (
+            f"route {route.name} sends batches: join with an address without placeholders (a URL"
+            " template needs one request per record)"
+        )
     if not endpoint.tls and any(p is not None for p in (auth.ca_pem, auth.cert_pem, auth.key_pem)):
         return (
             f"route {route.name} speaks TLS with its own certificates ([route.auth]): join with"

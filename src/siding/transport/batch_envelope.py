@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from siding.model import ACK, Delivery, Outcome, OutcomeKind, Result, Verdict
-from siding.transport.http import (
+from siding.transport.http_headers import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_EVENT_TYPE,
     DEFAULT_SOURCE,

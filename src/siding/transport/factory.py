@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from siding.config import Endpoint, RouteConfig
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
+from siding.transport.compression import Compression
 from siding.transport.tls import ClientTls
 
 if TYPE_CHECKING:  # the gRPC and HTTP modules are imported only by a route that uses them
@@ -35,13 +36,20 @@ def client_tls(route: RouteConfig) -> ClientTls | None:
 HTTP_BATCH_BYTES = 4 * 1024 * 1024
 
 
-def batch_limits(route: RouteConfig) -> BatchLimits | None:
-    """How the route's deliveries are gathered, or ``None`` when it does not batch. A gRPC frame
-    stays within the channel's send limit, which ``max_message_bytes`` sets."""
-    if route.batch is None:
+def batch_limits(route: RouteConfig, endpoint: Endpoint) -> BatchLimits | None:
+    """How the route's deliveries to ``endpoint`` are gathered, or ``None`` when they go one per
+    call (``RouteConfig.batching``: a gRPC stream batches by default). A gRPC frame stays within
+    the channel's send limit, which ``max_message_bytes`` sets."""
+    batching = route.batching(endpoint)
+    if batching is None:
         return None
     max_bytes = route.message_limit or HTTP_BATCH_BYTES
-    return BatchLimits(route.batch.max, route.batch.linger, max_bytes)
+    return BatchLimits(batching.max, batching.linger, max_bytes)
+
+
+def compression(route: RouteConfig) -> Compression:
+    """The route's compression on the wire (off unless ``compression`` is set)."""
+    return Compression(route.compression, route.compress_above)
 
 
 def channel_spec(route: RouteConfig, endpoint: Endpoint) -> ChannelSpec:
@@ -56,14 +64,16 @@ def channel_spec(route: RouteConfig, endpoint: Endpoint) -> ChannelSpec:
         options=(("grpc.max_send_message_length", limit),) if limit else (),
         client_tls=client_tls(route) if endpoint.tls else None,
         token=_secret(route.auth.token),
+        compression=compression(route),
     )
 
 
 def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> WebhookSpec:
-    """How the HTTP transports reach ``endpoint``: the route's signing secret and token, its TLS."""
+    """How the HTTP transports reach ``endpoint``: the route's signing secret and token, its TLS,
+    and its request shape (``[route.http]``)."""
     from siding.transport.http import WebhookSpec
 
-    auth = route.auth
+    auth, shape = route.auth, route.http
     return WebhookSpec(
         endpoint.url,
         secret=_secret(auth.webhook_secret),
@@ -71,12 +81,16 @@ def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -
         source="kafka://{topic}",  # each delivery's origin topic
         max_connections=max_connections,
         client_tls=client_tls(route) if endpoint.tls else None,
+        method=shape.method,
+        headers=shape.header_values(),
+        idempotency_key=shape.idempotency_key,
+        compression=compression(route),
     )
 
 
 def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> Transport:
     """A new transport for one endpoint; the caller owns it (reuse it, close it)."""
-    limits = batch_limits(route)
+    limits = batch_limits(route, endpoint)
     if endpoint.is_grpc:
         from siding.transport.grpc_stream import GrpcStreamTransport
         from siding.transport.grpc_unary import GrpcUnaryTransport

@@ -15,7 +15,7 @@ import grpc.aio
 from siding.errors import TransportError
 from siding.model import Delivery, Outcome
 from siding.transport.batching import BatchLimits, Gatherer, framed_size
-from siding.transport.grpc_common import ChannelSpec, delivery_to_proto
+from siding.transport.grpc_common import ChannelSpec, delivery_to_proto, stream_compression
 from siding.transport.grpc_stream import (
     RESEND,
     GrpcStreamTransport,
@@ -172,7 +172,8 @@ class GrpcBatchTransport(GrpcStreamTransport):
         if not self.batching:
             return super()._open_stream(channel)
         stub = consumer_pb2_grpc.ConsumerStub(channel)
-        call = stub.DeliverBatches(None, metadata=self._metadata)
+        compression = stream_compression(self._channel.spec.compression)
+        call = stub.DeliverBatches(None, metadata=self._metadata, compression=compression)
         return _BatchStream(call, channel, self.limits, self._fall_back, self._refused)
 
     def _fall_back(self) -> None:

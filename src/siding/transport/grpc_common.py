@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from siding.errors import ConfigError
 from siding.model import Delivery, Result, Verdict
+from siding.transport.compression import OFF, Compression, compresses
 from siding.transport.tls import ClientTls
 from siding.v1 import consumer_pb2
 
@@ -98,6 +99,17 @@ def result_from_proto(message: consumer_pb2.Result) -> Result:
     return Result(message.delivery_id, verdict, retry_after, reason, outputs)
 
 
+def call_compression(choice: Compression, size: int) -> grpc.Compression | None:
+    """Pure: how a unary call of a ``size``-byte message is compressed (``None``: not)."""
+    return grpc.Compression.Gzip if compresses(choice, size) else None
+
+
+def stream_compression(choice: Compression) -> grpc.Compression | None:
+    """Pure: how a stream's messages are compressed. gRPC compresses a call as a whole, so
+    ``compress_above`` cannot pick messages within a stream: each of them goes compressed."""
+    return grpc.Compression.Gzip if choice.on else None
+
+
 def call_metadata(token: str | None) -> Metadata:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
@@ -114,6 +126,7 @@ class ChannelSpec:
     client_tls: ClientTls | None = None
     token: str | None = field(default=None, repr=False)
     probe_timeout_s: float = 2.0
+    compression: Compression = OFF
 
     def __post_init__(self) -> None:
         if not self.target:

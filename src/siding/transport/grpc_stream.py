@@ -22,6 +22,7 @@ from siding.transport.grpc_common import (
     delivery_to_proto,
     probe_channel,
     result_from_proto,
+    stream_compression,
 )
 from siding.transport.outcomes import (
     lost,
@@ -257,7 +258,9 @@ class GrpcStreamTransport:
 
     def _open_stream(self, channel: grpc.aio.Channel) -> _Stream:
         stub = consumer_pb2_grpc.ConsumerStub(channel)
-        return _Stream(stub.DeliverStream(None, metadata=self._metadata), channel)
+        compression = stream_compression(self._channel.spec.compression)
+        call = stub.DeliverStream(None, metadata=self._metadata, compression=compression)
+        return _Stream(call, channel)
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
         loop = asyncio.get_running_loop()

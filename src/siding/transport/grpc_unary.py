@@ -11,6 +11,7 @@ from siding.model import Delivery, Outcome
 from siding.transport.grpc_common import (
     ChannelSpec,
     LoopChannel,
+    call_compression,
     call_metadata,
     delivery_to_proto,
     probe_channel,
@@ -48,10 +49,13 @@ class GrpcUnaryTransport:
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
         stub = self._current_stub()
+        message = delivery_to_proto(delivery)
+        choice = self._channel.spec.compression
+        compression = call_compression(choice, message.ByteSize()) if choice.on else None
         started = time.monotonic()
         try:
             reply = await stub.Deliver(
-                delivery_to_proto(delivery), timeout=deadline_s, metadata=self._metadata
+                message, timeout=deadline_s, metadata=self._metadata, compression=compression
             )
         except grpc.aio.AioRpcError as error:
             code = error.code()

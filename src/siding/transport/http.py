@@ -7,19 +7,32 @@ headers) signed per Standard Webhooks; docs/webhooks.md lists every header.
 from __future__ import annotations
 
 import asyncio
-import base64
-import re
+import logging
 import ssl
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 
 import aiohttp
 from yarl import URL
 
+from siding.config.http_grammar import CONTROL
+from siding.config.http_request import METHODS, refusal
+from siding.config.url_template import parse_url_template
 from siding.errors import ConfigError
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport import signing
+from siding.transport.compression import (
+    OFF,
+    Compression,
+    http_body,
+    refused_encoding,
+)
+from siding.transport.http_headers import (
+    DEFAULT_EVENT_TYPE,
+    DEFAULT_SOURCE,
+    bearer,
+    build_headers,
+)
 from siding.transport.outcomes import (
     outcome_from_connection_error,
     outcome_from_http,
@@ -29,44 +42,20 @@ from siding.transport.outcomes import (
 from siding.transport.outputs import MAX_OUTPUTS_BYTES, ack_from_body, is_json
 from siding.transport.tls import ClientTls
 
-DEFAULT_SOURCE = "kafka://{topic}"
-DEFAULT_EVENT_TYPE = "dev.siding.delivery"
-DEFAULT_CONTENT_TYPE = "application/octet-stream"
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
-# A forwarded header this long risks a 431/400 from the consumer's server, which would
-# dead-letter a good message; such a header is dropped instead.
-MAX_FORWARDED_VALUE_BYTES = 4096
 _REASON_EXCERPT_CHARS = 200
 _USER_AGENT = "siding"
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field-name
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB; includes CR, LF, NUL
-_RESERVED_PREFIXES = ("ce-", "webhook-", "siding-")
-# Ours, or hop-by-hop / framing headers that would change how the request itself is carried.
-_RESERVED_NAMES = frozenset(
-    {
-        "authorization",
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "expect",
-        "proxy-authorization",
-        "proxy-connection",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
 class WebhookSpec:
     """How to reach, sign for and talk to one webhook endpoint, for either HTTP transport (the
     transport checks it when it is built). HTTPS is verified against the system trust store, or
-    only ``ca_file`` when given, unless ``insecure``; ``source`` may contain ``{topic}``."""
+    only ``ca_file`` when given, unless ``insecure``; ``source`` may contain ``{topic}``. ``url``
+    may be a template (siding.config.url_template); ``method``, ``headers`` (static, never
+    shown) and ``idempotency_key`` shape each request (docs/webhooks.md)."""
 
     url: str = field(repr=False)  # may carry a user and password
     secret: str | None = field(default=None, repr=False)
@@ -81,103 +70,11 @@ class WebhookSpec:
     ca_file: str | None = None
     insecure: bool = False
     client_tls: ClientTls | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RequestHeaders:
-    """The headers of one webhook request, and how many Kafka headers were not forwarded."""
-
-    headers: tuple[tuple[str, str], ...]
-    dropped: int
-
-
-def build_headers(
-    delivery: Delivery,
-    *,
-    timestamp_s: int,
-    secret: str | None = None,
-    bearer_token: str | None = None,
-    source: str = DEFAULT_SOURCE,
-    event_type: str = DEFAULT_EVENT_TYPE,
-) -> RequestHeaders:
-    """Every header of the POST for ``delivery`` (sent at ``timestamp_s``); pure.
-
-    ``source`` may contain ``{topic}``. Kafka headers are forwarded unless unsafe or reserved;
-    a Kafka ``content-type`` header becomes the request's content type.
-    """
-    headers: list[tuple[str, str]] = [
-        ("ce-specversion", "1.0"),
-        ("ce-id", delivery.id),
-        ("ce-source", source.replace("{topic}", delivery.topic)),
-        ("ce-type", event_type),
-    ]
-    if delivery.timestamp_ms > 0:
-        headers.append(("ce-time", rfc3339(delivery.timestamp_ms)))
-    subject = printable_key(delivery.key)
-    if subject is not None:
-        headers.append(("ce-subject", subject))
-    headers += [
-        ("webhook-id", delivery.id),
-        ("webhook-timestamp", str(timestamp_s)),
-    ]
-    if secret is not None:
-        body = delivery.value or b""
-        headers.append(("webhook-signature", signing.sign(secret, delivery.id, timestamp_s, body)))
-    headers += [
-        ("siding-attempt", str(delivery.attempt)),
-        ("siding-lane", str(delivery.lane)),
-        ("siding-topic", delivery.topic),
-        ("siding-partition", str(delivery.partition)),
-        ("siding-offset", str(delivery.offset)),
-    ]
-    if delivery.key is not None and subject is None:
-        headers.append(("siding-key", base64.b64encode(delivery.key).decode()))
-
-    content_type = DEFAULT_CONTENT_TYPE
-    dropped = 0
-    for name, raw in delivery.headers:
-        value = header_value(raw)
-        if value is None or not _TOKEN.fullmatch(name):
-            dropped += 1
-            continue
-        lowered = name.lower()
-        if lowered == "content-type":
-            content_type = value  # the last one wins, as Kafka's Headers.lastHeader does
-        elif lowered in _RESERVED_NAMES or lowered.startswith(_RESERVED_PREFIXES):
-            dropped += 1
-        else:
-            headers.append((name, value))
-    headers.append(("content-type", content_type))
-    if bearer_token is not None:
-        headers.append(("authorization", _bearer(bearer_token)))
-    return RequestHeaders(tuple(headers), dropped)
-
-
-def header_value(raw: bytes) -> str | None:
-    """A Kafka header value as a safe HTTP field value, or ``None`` when it must not be sent."""
-    if len(raw) > MAX_FORWARDED_VALUE_BYTES:
-        return None
-    try:
-        value = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if _CONTROL.search(value) else value
-
-
-def printable_key(key: bytes | None) -> str | None:
-    """The key as text when it is non-empty printable ASCII that survives HTTP intact."""
-    if not key or not key.isascii():
-        return None
-    text = key.decode("ascii")
-    # Leading/trailing blanks would be trimmed in transit, so such a key goes as base64.
-    return text if text.isprintable() and text == text.strip() else None
-
-
-def rfc3339(timestamp_ms: int) -> str:
-    """A Kafka timestamp (ms since the epoch) as RFC 3339 UTC with milliseconds."""
-    seconds, millis = divmod(timestamp_ms, 1000)
-    when = datetime.fromtimestamp(seconds, tz=UTC)
-    return f"{when:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+    # Bodies of at least ``compression.above`` bytes go gzipped (signed before that).
+    compression: Compression = OFF
+    method: str = "POST"
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    idempotency_key: bool = True
 
 
 class HttpTransport:
@@ -195,12 +92,25 @@ class HttpTransport:
 
     def __init__(self, spec: WebhookSpec) -> None:
         self._url = _endpoint(spec.url)
+        try:
+            self._template = parse_url_template(spec.url)
+        except ValueError as error:
+            raise ConfigError("endpoint", str(error)) from None
+        self._base = str(self._url.with_path("").with_query(None).with_fragment(None))
+        if spec.method not in METHODS:
+            raise ConfigError("method", f"{spec.method!r}: use one of {', '.join(METHODS)}")
+        for name, value in spec.headers:
+            why = refusal(name) or (
+                "the value has a control character" if CONTROL.search(value) else None
+            )
+            if why is not None:
+                raise ConfigError(f"headers.{name}", why)  # never the value
         if spec.secret is not None:
             signing.secret_key(spec.secret)  # fail now, not on the first delivery
         if spec.bearer_token is not None and not _is_token(spec.bearer_token):
             raise ConfigError("bearer_token", "must be printable ASCII without spaces")
         for key, text in (("source", spec.source), ("event_type", spec.event_type)):
-            if not text or _CONTROL.search(text):
+            if not text or CONTROL.search(text):
                 raise ConfigError(key, "must be non-empty and free of control characters")
         if spec.max_connections < 1:
             raise ConfigError("max_connections", "must be at least 1")
@@ -213,11 +123,37 @@ class HttpTransport:
         self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.dropped_headers = 0
+        self.compression = spec.compression
 
     def __repr__(self) -> str:
         return f"HttpTransport({_redacted(self._url)!r})"  # never a secret or a token
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        started = time.monotonic()
+        outcome, refused = await self._send_once(delivery, deadline_s, self.compression)
+        if not refused:
+            return outcome
+        self.stop_compressing()
+        left = deadline_s - (time.monotonic() - started)
+        if left <= 0:
+            return outcome_from_timeout(deadline_s)
+        outcome, _ = await self._send_once(delivery, left, OFF)
+        return outcome_from_timeout(deadline_s) if outcome.no_answer else outcome
+
+    def stop_compressing(self) -> None:
+        """The consumer refused a gzipped body (415): everything goes uncompressed from now on."""
+        if self.compression.on:
+            self.compression = OFF
+            log.warning(
+                "the consumer at %r answered 415 to a gzipped body: its deliveries go"
+                " uncompressed from now on",
+                self,
+            )
+
+    async def _send_once(
+        self, delivery: Delivery, deadline_s: float, choice: Compression
+    ) -> tuple[Outcome, bool]:
+        """One request; the outcome, and whether the consumer refused its compression."""
         client = self._session()
         request = build_headers(
             delivery,
@@ -226,38 +162,53 @@ class HttpTransport:
             bearer_token=self._spec.bearer_token,
             source=self._spec.source,
             event_type=self._spec.event_type,
+            static=self._spec.headers,
+            idempotency_key=self._spec.idempotency_key,
         )
         self.dropped_headers += request.dropped
+        sent = http_body(choice, delivery.value or b"", delivery.headers)
         try:
-            async with client.post(
-                self._url,
-                data=delivery.value or b"",
-                headers=request.headers,
+            async with client.request(
+                self._spec.method,
+                self._url_of(delivery),
+                data=sent.data,
+                headers=request.headers + sent.headers,
                 allow_redirects=False,
                 timeout=self._timeout(deadline_s),
             ) as response:
                 outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
                 if outcome.kind is OutcomeKind.ACK and is_json(response.content_type):
                     body, complete = await read_body(response, MAX_OUTPUTS_BYTES)
-                    return ack_from_body(response.content_type, body, complete)
+                    return ack_from_body(response.content_type, body, complete), False
                 text = await _read_excerpt(response, self._max_response_bytes)
         except (aiohttp.ClientError, TimeoutError) as error:
-            return outcome_from_request_error(error, deadline_s)
+            return outcome_from_request_error(error, deadline_s), False
+        refused = refused_encoding(response.status, sent)
         if outcome.kind is OutcomeKind.DEAD and response.status == 413:
             size = len(delivery.value or b"")
             outcome = replace(outcome, reason=f"{outcome.reason} ({size} bytes)")
         if outcome.kind is OutcomeKind.ACK or not text:
-            return outcome
-        return replace(outcome, reason=f"{outcome.reason}: {text}")
+            return outcome, refused
+        return replace(outcome, reason=f"{outcome.reason}: {text}"), refused
+
+    def _url_of(self, delivery: Delivery) -> URL:
+        if self._template.is_static:
+            return self._url
+        # The origin as yarl made it (an IDN host in punycode), then the path and query, escaped.
+        return URL(self._base + self._template.fill_target(delivery), encoded=True)
 
     async def probe(self) -> bool:
-        """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up."""
+        """Any HTTP answer to an ``OPTIONS`` request means the endpoint is up (a template's
+        URL up to its first placeholder)."""
         client = self._session()
         token = self._spec.bearer_token
-        auth = () if token is None else (("authorization", _bearer(token)),)
+        auth = () if token is None else (("authorization", bearer(token)),)
+        first = next(iter(self._template.parts), "")
+        prefix = first if isinstance(first, str) else ""
+        url = self._url if self._template.is_static else URL(self._base + prefix, encoded=True)
         try:
             async with client.options(
-                self._url,
+                url,
                 headers=auth,
                 allow_redirects=False,
                 timeout=self._timeout(self._spec.probe_timeout_s),
@@ -372,10 +323,6 @@ def _endpoint(url: str) -> URL:
 
 def _redacted(url: URL) -> str:
     return str(url.with_user(None)) if url.user or url.password else str(url)
-
-
-def _bearer(token: str) -> str:
-    return f"Bearer {token}"
 
 
 def _is_token(token: str) -> bool:

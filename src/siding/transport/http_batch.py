@@ -23,6 +23,7 @@ from siding.transport.batch_envelope import (
     event_size,
 )
 from siding.transport.batching import BatchLimits, Expiry, Gatherer
+from siding.transport.compression import http_body, refused_encoding
 from siding.transport.http import (
     HttpTransport,
     WebhookSpec,
@@ -156,10 +157,15 @@ class HttpBatchTransport(HttpTransport):
             headers.append(("webhook-signature", signature))
         if self._spec.bearer_token is not None:
             headers.append(("authorization", f"Bearer {self._spec.bearer_token}"))
+        # No Idempotency-Key: a batch is made anew each time; each event's id is the key.
+        headers += self._spec.headers
+        sent = http_body(self.compression, body)
+        headers += sent.headers
         try:
-            async with client.post(
+            async with client.request(
+                self._spec.method,
                 self._url,
-                data=body,
+                data=sent.data,
                 headers=headers,
                 allow_redirects=False,
                 timeout=self._timeout(timeout_s),
@@ -168,6 +174,9 @@ class HttpBatchTransport(HttpTransport):
                 status, answer_headers = response.status, response.headers
         except (aiohttp.ClientError, TimeoutError) as error:
             return [outcome_from_request_error(error, item.deadline_s) for item in items]
+        if refused_encoding(status, sent):
+            self.stop_compressing()
+            return await self._post(items)  # once more, uncompressed, within the same deadlines
         text = "" if 200 <= status < 300 else excerpt(answer)
         return batch_outcomes(
             deliveries, status, answer_headers, answer, complete=complete, excerpt=text,

@@ -32,6 +32,7 @@ Webhook consumers run ``WebhookApp(handle, secret)`` under any ASGI server, or v
 themselves with ``verify_webhook`` (or the ``WebhookVerifier`` ASGI middleware).
 """
 
+from siding_consumer.encoding import BodyEncodingError, decode_body
 from siding_consumer.errors import ConfigError, SidingError
 from siding_consumer.model import Delivery, Output, Verdict
 from siding_consumer.registration import (
@@ -59,6 +60,7 @@ from siding_consumer.webhook import (
 )
 
 __all__ = [
+    "BodyEncodingError",
     "ConfigError",
     "ConsumerServer",
     "DeadLetter",
@@ -79,6 +81,7 @@ __all__ = [
     "backoff",
     "current_call",
     "dead",
+    "decode_body",
     "retry",
     "serve",
     "verify_webhook",

@@ -75,7 +75,10 @@ def delivery_from_request(headers: Mapping[str, str], body: bytes) -> Delivery:
     kafka_headers: list[tuple[str, bytes]] = [
         (name, value.encode())
         for name, value in headers.items()
-        if name.lower() not in _HTTP_OWN and not name.lower().startswith(_OURS_PREFIXES)
+        if name.lower() not in _HTTP_OWN
+        and not name.lower().startswith(_OURS_PREFIXES)
+        # siding's Idempotency-Key is the delivery id; a producer's own is theirs
+        and not (name.lower() == "idempotency-key" and value == delivery_id)
     ]
     content_type = lowered.get("content-type", DEFAULT_CONTENT_TYPE)
     if content_type != DEFAULT_CONTENT_TYPE:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
+from siding_consumer.encoding import BodyEncodingError, decode_body, without_encoding
 from siding_consumer.envelope import (
     EnvelopeError,
     HttpAnswer,
@@ -26,7 +27,14 @@ from siding_consumer.signing import (
     verify,
 )
 
-__all__ = ["WebhookApp", "WebhookVerificationError", "WebhookVerifier", "verify_webhook"]
+__all__ = [
+    "BodyEncodingError",
+    "WebhookApp",
+    "WebhookVerificationError",
+    "WebhookVerifier",
+    "decode_body",
+    "verify_webhook",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,6 +43,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# A route may send with any of these ([route.http] method), to any path of the server.
+_METHODS = ("POST", "PUT", "PATCH")
 
 
 def verify_webhook(
@@ -48,7 +58,9 @@ def verify_webhook(
     """Verify a siding webhook (Standard Webhooks) and return its ``webhook-id``: the delivery
     id, or ``batch:<id of the first delivery>:<count>`` for a batch (docs/batch.md).
 
-    ``body`` must be the raw request body, byte for byte. Header names are case-insensitive.
+    ``body`` must be the request body byte for byte, decoded when siding compressed it
+    (``Content-Encoding: gzip``; ``decode_body`` does it): siding signs the body before it
+    compresses it. Header names are case-insensitive.
     Raises ``WebhookVerificationError`` naming what is wrong.
     """
     return verify(secret, headers, body, tolerance_s=tolerance_s, now_s=now_s)
@@ -88,10 +100,13 @@ class WebhookVerifier:
             return
         if body is _Cut.DISCONNECTED:
             return
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in reversed(scope.get("headers", []))  # first one wins
-        }
+        headers = _headers(scope)
+        raw = body
+        try:
+            body = decode_body(headers, raw, self._max_body_bytes)
+        except BodyEncodingError as error:
+            await _answer(send, error.status, str(error).encode())
+            return
         try:
             verify(
                 self._secret,
@@ -103,7 +118,16 @@ class WebhookVerifier:
         except WebhookVerificationError as error:
             await _answer(send, 401, f"webhook verification failed: {error}".encode())
             return
+        if body is not raw:  # the app behind gets the decoded body, marked as such
+            scope = {**scope, "headers": without_encoding(list(scope["headers"]), len(body))}
         await self._app(scope, _replay(body, receive), send)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in reversed(scope.get("headers", []))  # first one wins
+    }
 
 
 class _Cut(enum.Enum):
@@ -159,9 +183,10 @@ async def _answer(send: Send, status: int, text: bytes) -> None:
 
 class WebhookApp:
     """An ASGI app that answers siding's webhooks with a handler: one delivery per request
-    (binary mode) or a batch (``application/cloudevents-batch+json``, every delivery handled at
-    once). With a ``secret``, a request whose signature does not verify is answered 401 without
-    calling the handler. Run it under any ASGI server (uvicorn, hypercorn, ...)."""
+    (binary mode; ``POST``, ``PUT`` or ``PATCH`` to any path) or a batch
+    (``application/cloudevents-batch+json``, every delivery handled at once). With a
+    ``secret``, a request whose signature does not verify is answered 401 without calling the
+    handler. Run it under any ASGI server (uvicorn, hypercorn, ...)."""
 
     def __init__(
         self,
@@ -184,7 +209,7 @@ class WebhookApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if scope.get("method") != "POST":
+        if scope.get("method") not in _METHODS:
             await _answer(send, 405 if scope.get("method") != "OPTIONS" else 204, b"")
             return
         body = await _read_body(receive, self._max_body_bytes)
@@ -193,10 +218,13 @@ class WebhookApp:
             return
         if body is _Cut.DISCONNECTED:
             return
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in reversed(scope.get("headers", []))  # first one wins
-        }
+        headers = _headers(scope)
+        try:
+            body = decode_body(headers, body, self._max_body_bytes)
+        except BodyEncodingError as error:
+            await _answer(send, error.status, str(error).encode())
+            return
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-encoding"}
         if self._secret is not None:
             try:
                 verify(self._secret, headers, body, tolerance_s=self._tolerance_s)

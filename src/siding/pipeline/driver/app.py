@@ -15,10 +15,20 @@ from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.commits import make_listener
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, quiet_py4j
+from siding.pipeline.driver.fence import driver_id
 from siding.pipeline.driver.query import short_error
-from siding.pipeline.driver.route import LiveTargets, RouteRuntime, open_routes
+from siding.pipeline.driver.route import (
+    LiveTargets,
+    RouteRuntime,
+    claim_routes,
+    prepare_routes,
+    take_over,
+)
 from siding.pipeline.driver.session import build_session, effective_master, task_slots
+from siding.pipeline.driver.stops import RouteStops, one_line
 from siding.pipeline.driver.topics import RouteFailed
+from siding.pipeline.offline.hadoop_fs import release_private_jvm
+from siding.pipeline.offline.storage import scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,8 +54,14 @@ class Application:
     _admin: Any = None
     _routes: dict[str, RouteRuntime] = field(default_factory=dict)
     _routes_lock: threading.Lock = field(default_factory=threading.Lock)
+    stops: RouteStops = field(default_factory=RouteStops)
+    # Start Spark, then wait for the routes' fences (docs/operations.md, "the fence").
+    standby: bool = False
+    driver: str = field(default_factory=driver_id)
+    _opening: list[RouteRuntime] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.stops = RouteStops(self.stop_event)
         self.controls = RouteControls(
             {route.name: route for route in self.config.route}, self.config.control.registry_topic
         )
@@ -57,6 +73,10 @@ class Application:
         """Every query running now, route by route."""
         return [query for route in tuple(self._routes.values()) for query in route.queries]
 
+    def _running(self) -> list[tuple[RouteRuntime, StreamingQuery]]:
+        """Every query running now, with its route."""
+        return [(route, query) for route in tuple(self._routes.values()) for query in route.queries]
+
     def _runtime(self, route: RouteConfig, config: SidingConfig, admin: Any) -> RouteRuntime:
         return RouteRuntime(
             route,
@@ -66,7 +86,15 @@ class Application:
             stop=self.stop_event,
             controls=self.controls,
             drain=self.drain,
+            stops=self.stops,
+            standby=self.standby,
+            driver=self.driver,
         )
+
+    def fences(self) -> dict[str, dict[str, object]]:
+        """Each fenced route's fence (holder, epoch, whether this driver waits for it)."""
+        runtimes = (*self._opening, *self._routes.values())
+        return {r.route.name: r.fence.state() for r in runtimes if r.fence is not None}
 
     def start(self) -> None:
         """Open every route (topics, checkpoint), then start Spark and every route's queries.
@@ -77,7 +105,10 @@ class Application:
         client_conf = config.kafka.client_config()
         admin = admin_client({k: str(v) for k, v in client_conf.items()})
         runtimes = [self._runtime(route, config, admin) for route in config.route]
-        open_routes(runtimes)
+        self._opening = runtimes
+        prepare_routes(runtimes)
+        if not self.standby:
+            claim_routes(runtimes)
         try:
             if self.spark is None:
                 slots = sum(task_slots(r.route, r.partitions) for r in runtimes)
@@ -86,8 +117,12 @@ class Application:
                     app_name=config.spark.app_name,
                     extra=config.spark.conf_values(),
                     jars_dir=config.spark.jars_dir,
+                    s3a=scheme(config.spark.checkpoint_dir) == "s3a",
                 )
                 self._own_session = True
+            if self.standby and not take_over(runtimes, self.stop_event, self.spark):
+                return
+            release_private_jvm()  # Spark's JVM serves the checkpoint's files from now on
             quiet_py4j()
             self.drain.open_signal()
             self._admin = admin
@@ -151,26 +186,31 @@ class Application:
 
     def request_stop(self) -> None:
         """What a signal does: the first begins a drain, the next one stops at once."""
-        if self.drain.requested.is_set():
+        if self.drain.requested.is_set() or not self._routes:  # a standby stops at once
             self.stop_event.set()
         else:
             self.request_drain()
 
     def run(self, poll_s: float = 0.5) -> None:
-        """Block until a drain or a stop is asked (``request_drain``, ``stop_event``) or a query
-        fails (``RouteFailed``)."""
+        """Block until a drain or a stop is asked (``request_drain``, ``stop_event``) or a route
+        stops (``RouteFailed``, whose message is the one line that says why: the reason a batch
+        recorded, or the failed query's)."""
         while not self.stop_event.is_set() and not self.drain.requested.wait(poll_s):
-            for query in self.queries:
+            for runtime, query in self._running():
                 try:
                     active = query.isActive
                     error = None if active else query.exception()
                 except Exception as exc:  # the JVM went away (it got the signal too)
                     if self.stop_event.is_set():
-                        return
-                    raise RouteFailed(f"lost the Spark driver: {exc}") from exc
-                if not active and query in self.queries:  # not a route being deleted
-                    self.stop_event.set()
-                    raise RouteFailed(f"{query.name} stopped: {short_error(str(error))}")
+                        break
+                    raise RouteFailed(f"lost the Spark driver: {one_line(str(exc))}") from exc
+                if active or query not in runtime.queries:  # (a route being deleted)
+                    continue
+                if not runtime.restart(query, str(error)):
+                    self.stops.record(f"{query.name} stopped: {short_error(str(error))}")
+                    break
+        if self.stops.reason is not None:
+            raise RouteFailed(self.stops.reason)
 
     def drain_routes(self, poll_s: float = 0.1) -> None:
         """The drain (docs/operations.md, "Stopping siding"): no batch starts; wait, per route

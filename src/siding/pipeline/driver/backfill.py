@@ -11,13 +11,11 @@ from there when the same command runs again. The last step writes an audit event
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
@@ -44,6 +42,7 @@ from siding.pipeline.driver.topics import carried, topic_specs
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.offline import moves
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock
+from siding.pipeline.offline.storage import Place, scheme
 from siding.routing.audit import who
 from siding.routing.producer import DurableProducer
 from siding.steps import StepCounts
@@ -82,15 +81,12 @@ def backfill_route(route: RouteConfig, max_in_flight: int) -> RouteConfig:
     )
 
 
-def state_path(config: SidingConfig, route: RouteConfig) -> Path:
+def state_path(config: SidingConfig, route: RouteConfig) -> Place:
     return moves.route_dir_of(config, route) / STATE_FILE
 
 
-def _write_state(path: Path, state: State) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(state.to_json())
-    os.replace(temporary, path)
+def _write_state(path: Place, state: State) -> None:
+    path.replace(state.to_json())  # whole or not at all (storage.py)
 
 
 def plan_state(
@@ -99,9 +95,13 @@ def plan_state(
     """The state to run from: the unfinished one of the same range (resumed), else a new one."""
     path = state_path(config, route)
     range_text = f"{start.text}..{end.text}"
-    if path.exists():
+    try:
+        text: str | None = path.read_text()
+    except FileNotFoundError:
+        text = None
+    if text is not None:
         try:
-            state = State.from_json(path.read_text())
+            state = State.from_json(text)
         except (ValueError, KeyError, TypeError) as exc:
             raise BackfillError(
                 f"{path} is unreadable ({exc}): remove it to start afresh"
@@ -116,7 +116,8 @@ def plan_state(
     topics = moves.source_topics(config, route)
     if not topics:
         raise BackfillError(f"route {route.name}: no source topic exists ({route.source_label})")
-    extent = {t: extents(client_conf, t) for t in topics}
+    # A pinned route backfills its own partitions only.
+    extent = {t: route.only_pinned(t, extents(client_conf, t)) for t in topics}
     for bound in (start, end):
         check_partitions(bound, extent)
     by_time: dict[tuple[str, int], Mapping[int, int | None]] = {}
@@ -214,7 +215,7 @@ def run_backfill(
         )
         on_start(progress)
         if not todo:
-            path.unlink(missing_ok=True)
+            path.unlink()
             return state
         _write_state(path, state)
         _ensure_route_topics(config, route, state.ranges)
@@ -229,6 +230,7 @@ def run_backfill(
                 app_name=f"{config.spark.app_name}-backfill",
                 extra=config.spark.conf_values(),
                 jars_dir=config.spark.jars_dir,
+                s3a=scheme(config.spark.checkpoint_dir) == "s3a",
             )
         results: list[TaskResult] = []
 
@@ -286,7 +288,7 @@ def run_backfill(
                 moves.audit(dict(config.kafka.client_config()), route, event)
             except Exception:
                 log.exception("route %s: the backfill's audit event was not written", route.name)
-        path.unlink(missing_ok=True)
+        path.unlink()
         return state
 
 

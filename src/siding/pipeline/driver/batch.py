@@ -1,7 +1,10 @@
 """foreachBatch glue: one micro-batch of one lane of one route, on the driver.
 
 The batch returns (and Spark may commit its offsets) only when every task has delivered its slice
-and written its lane/DLQ records durably, and key mode's state (its waiting records) is written too.
+and written its lane records durably, the batch passed the DLQ-flood guard and its dead letters are
+written (``flood``), and key mode's state (its waiting records) is written too. A route that must
+stop raises ``RouteStopped``; ``guarded`` is the edge that turns it into one line and a clean stop
+(``stops``).
 """
 
 from __future__ import annotations
@@ -12,26 +15,30 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from siding import naming
 from siding.config import RouteConfig
 from siding.dispatch import OrderKey, WaitingRecord
-from siding.errors import DurableWriteError, SidingError
+from siding.errors import DlqFloodError, DurableWriteError, RouteStopped, SidingError
 from siding.model import Ordering
 from siding.pipeline.driver.batchlog import log_batch
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
+from siding.pipeline.driver.flood import flood_reason
 from siding.pipeline.driver.keystate import KeyWaits
+from siding.pipeline.driver.pager import DlqPager
 from siding.pipeline.driver.progress_store import ProgressStore
+from siding.pipeline.driver.stops import RouteStops, one_line
+from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.plan import TaskPlan, build_plan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import SELECT_EXPR
 from siding.pipeline.executor.task import deliver_partition
 from siding.routing import story
-from siding.routing.producer import DurableProducer, OutRecord
+from siding.routing.producer import DurableProducer, OutRecord, Placement
 from siding.routing.settlement import Settlement
 
 if TYPE_CHECKING:
@@ -39,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "stop the route", not "try the batch again".
+# Errors that mean "stop the route", not "try the batch again" (in a Spark error's text).
 _FATAL_MARKERS = ("DlqFloodError", "EndpointGoneError")
 
 # Set by Spark on the query's thread; a new checkpoint is a new query (docs/replay.md).
@@ -52,8 +59,26 @@ NOT_BEFORE_EXPR = f"max(try_cast({story.sql_field(story.NOT_BEFORE)} as long)) A
 T = TypeVar("T")
 
 
-class BatchFailed(SidingError):
+class BatchFailed(RouteStopped):
     """A batch could not get a durable outcome for every record; its offsets stay uncommitted."""
+
+
+class TasksFailed(SidingError):
+    """Tasks of a batch said they could not finish their slice (``TaskResult.failure``)."""
+
+    def __init__(self, failures: list[TaskResult]) -> None:
+        first = failures[0].failure
+        more = f" (and {len(failures) - 1} more task(s))" if len(failures) > 1 else ""
+        super().__init__(f"{first}{more}")
+        self.retriable = all(f.retriable for f in failures)
+
+
+def checked(results: list[TaskResult]) -> list[TaskResult]:
+    """``results``, or ``TasksFailed`` when a task could not finish its slice."""
+    failures = [r for r in results if r.failure]
+    if failures:
+        raise TasksFailed(failures)
+    return results
 
 
 @dataclass
@@ -61,6 +86,8 @@ class BatchSink:
     """Where batch results go on the driver (metrics, status, the demo's live view)."""
 
     on_result: Callable[[str, int, list[TaskResult], float], None] = lambda *_: None
+    # (route, sent, letters): a DLQ page sent or dropped (``pager``).
+    on_page: Callable[[str, bool, int], None] = lambda *_: None
 
     def report(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
         """Log the batch (summary, breaker transitions), then hand it to ``on_result``."""
@@ -84,25 +111,55 @@ class BatchHandler(ABC):
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
+    # Where the application learns why a route stopped; without it (a backfill, a test) the
+    # ``RouteStopped`` reaches the caller.
+    stops: RouteStops | None = None
+    # Writes the batch's dead letters on the driver (see ``_settle_letters``).
+    letter_producer: DurableProducer | None = None
+    # Why the route's checkpoint lock no longer guards it, or None (checked at each batch).
+    lock_lost: Callable[[], str | None] = lambda: None
+    # The fence the batch's tasks check their writes against (None: the route has none).
+    fence: Callable[[], FencePlan | None] = lambda: None
+    # Announces the letters once written ([route.dlq_page]); None: the route has no pager.
+    pager: DlqPager | None = None
+    # Called when the flood guard stops the route (the route marks it for its next start).
+    on_flood: Callable[[], None] = lambda: None
 
     @property
     def query(self) -> str:
         return naming.query_name(self.route.name, self.lane)
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        guarded(self.drain, self.query, frame, lambda sleep: self._batch(frame, batch_id, sleep))
+        guarded(
+            self.drain,
+            self.query,
+            frame,
+            lambda sleep: self._batch(frame, batch_id, sleep),
+            self.stops,
+        )
 
     def _batch(self, frame: DataFrame, batch_id: int, sleep: Sleep) -> None:
         self.controls.wait_while_paused(self.route.name, self.drain.requested)
+        self._still_guarded()
         started = time.monotonic()
         self._wait_to_start(frame)
         self.drain.enter(self.query, sleep)
         results: list[TaskResult] | None = None
         try:
-            results = self._deliver(frame, batch_id)
+            try:
+                results = self._deliver(frame, batch_id)
+            except Exception:
+                self._still_guarded()  # a lost fence is why, whatever failed with it
+                raise
+            self._still_guarded()  # Spark commits the batch once it returns
         finally:
             self.drain.leave(self.query, self.route.name, batch_id, results)
         self.sink.report(self.route.name, self.lane, results, time.monotonic() - started)
+
+    def _still_guarded(self) -> None:
+        lost = self.lock_lost()
+        if lost is not None:  # another siding may have taken the route: deliver nothing more
+            raise RouteStopped(f"route {self.route.name}: {lost}; stopped, nothing committed")
 
     @abstractmethod
     def _wait_to_start(self, frame: DataFrame) -> None:
@@ -137,10 +194,62 @@ class BatchHandler(ABC):
             registry_topic=self.controls.registry_topic,
             drain_file=drain_file,
             progress=progress,
+            fence=self.fence(),
         )
 
     def _run_with_retries(self, run: Callable[[], T], batch_id: int) -> T:
         return run_with_retries(run, self._where(batch_id), self.stop, self.attempts)
+
+    def _settle_letters(self, results: list[TaskResult], batch_id: int) -> list[TaskResult]:
+        """The DLQ-flood guard over the whole batch, then its dead letters written (the batch
+        may commit only after): ``DlqFloodError`` with none written when the share of DEAD is
+        too large. Returns the results without their letters (the sinks need only counts)."""
+        reason = flood_reason(self.route, self._where(batch_id), results)
+        if reason is not None:
+            self.on_flood()
+            raise DlqFloodError(reason)
+        letters = [letter for result in results for letter in result.letters]
+        if letters:
+            producer = self.letter_producer
+            if producer is None:
+                raise BatchFailed(f"{self._where(batch_id)}: no producer for its dead letters")
+            placed = self._write_durably(producer, letters, "dead letters", batch_id)
+            self._page(letters, placed)
+        return [replace(r, letters=()) if r.letters else r for r in results]
+
+    def _page(self, letters: list[OutRecord], placed: tuple[Placement | None, ...]) -> None:
+        """Announce letters Kafka has acknowledged (best effort: never fails the batch)."""
+        if self.pager is None:
+            return
+        try:
+            self.pager.offer(letters, placed)
+        except Exception as exc:
+            log.warning("route %s: DLQ page not queued: %s", self.route.name, one_line(str(exc)))
+
+    def _write_durably(
+        self, producer: DurableProducer, records: list[OutRecord], what: str, batch_id: int
+    ) -> tuple[Placement | None, ...]:
+        """Write ``records`` (again after a pause when it fails); where each went."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return producer.write_placed(records)
+            except DurableWriteError as exc:
+                if not exc.retriable:  # the fence is lost: never written
+                    self._still_guarded()
+                    raise RouteStopped(f"{self._where(batch_id)}: {one_line(str(exc))}") from exc
+                if attempt == self.attempts or self.stop.is_set():
+                    where = self._where(batch_id)
+                    raise BatchFailed(f"{where}: {what} not written: {one_line(str(exc))}") from exc
+                log.warning(
+                    "%s: %s not written (attempt %d/%d), writing them again: %s",
+                    self._where(batch_id),
+                    what,
+                    attempt,
+                    self.attempts,
+                    one_line(str(exc)),
+                )
+                self.stop.wait(min(30.0, 2.0**attempt))
+        raise AssertionError("unreachable")
 
 
 @dataclass(kw_only=True)
@@ -159,23 +268,15 @@ class LaneBatchHandler(BatchHandler):
             tasks = max(self.parallelism, self.route.min_partitions)
             rows = rows.repartition(tasks, "key").sortWithinPartitions("partition", "offset")
         done = self._deliver_with_retries(rows, batch_id)
+        if self.letter_producer is None:
+            self.letter_producer = self.state_producer
+        done = self._settle_letters(done, batch_id)
         events = [event for result in done for event in result.wait_events]
         with self.waits.write_lock:
             state = self.waits.apply(events)
             if state:
-                self._write_state(state, batch_id)
+                self._write_durably(self.state_producer, state, "key state", batch_id)
         return done
-
-    def _write_state(self, state: list[OutRecord], batch_id: int) -> None:
-        for attempt in range(1, self.attempts + 1):
-            try:
-                self.state_producer.write(state)
-                return
-            except DurableWriteError as exc:
-                if attempt == self.attempts or self.stop.is_set():
-                    where = self._where(batch_id)
-                    raise BatchFailed(f"{where}: key state not written: {exc}") from exc
-                self.stop.wait(min(30.0, 2.0**attempt))
 
     def _deliver_with_retries(self, rows: DataFrame, batch_id: int) -> list[TaskResult]:
         where = self._where(batch_id)
@@ -184,7 +285,7 @@ class LaneBatchHandler(BatchHandler):
 
         def run() -> list[TaskResult]:
             progress = self._progress_plan(query_id, batch_id, next(attempt))
-            results = self._run(rows, progress)
+            results = checked(self._run(rows, progress))
             skipped = sum(r.skipped for r in results)
             if skipped:
                 log.info(
@@ -208,7 +309,8 @@ class LaneBatchHandler(BatchHandler):
             except Exception as exc:  # nothing more known: delivered again
                 log.warning("route %s: progress not read: %s", self.route.name, exc)
         known = store.known(self.query, query_id, batch_id)
-        return ProgressPlan(store.topic, self.query, query_id, batch_id, interval_s, known)
+        every = self.route.progress_every
+        return ProgressPlan(store.topic, self.query, query_id, batch_id, interval_s, known, every)
 
     def _run(self, rows: DataFrame, progress: ProgressPlan | None = None) -> list[TaskResult]:
         rdd = rows.rdd
@@ -250,17 +352,42 @@ def jvm_sleep(frame: DataFrame) -> Sleep:
     return sleep
 
 
-def guarded(drain: Drain, query: str, frame: DataFrame, batch: Callable[[Sleep], None]) -> None:
+def guarded(
+    drain: Drain,
+    query: str,
+    frame: DataFrame,
+    batch: Callable[[Sleep], None],
+    stops: RouteStops | None = None,
+) -> None:
     """Run a foreachBatch function; an error while its query is being stopped ends the batch
-    as a stop (``DrainStopped``: no trace, nothing committed) instead of failing the query."""
+    as a stop (``DrainStopped``: no trace, nothing committed) instead of failing the query.
+
+    The edge of a route's stop: with ``stops``, any other error (``RouteStopped`` says why in
+    its message; anything else by its first line) is recorded as the reason the route stopped,
+    the application is asked to stop, and the batch ends as a stop too, so neither Spark nor
+    py4j prints a trace for it (docs/operations.md, "When a route stops")."""
     sleep = jvm_sleep(frame)
     try:
         batch(sleep)
     except DrainStopped:
         raise
-    except Exception:
+    except Exception as exc:
+        # While the application stops (a signal, or another route's stop) an error is the stop.
+        if stops is not None and not stops.stop.is_set() and not drain.stopping(query):
+            reason = stop_reason(query, exc)
+            if stops.record(reason):
+                log.error("%s", reason)
+            log.debug("%s stopped", query, exc_info=True)
         drain.failed(query, sleep)
         raise
+
+
+def stop_reason(query: str, exc: BaseException) -> str:
+    """Pure: the line a route stops with for ``exc``: its own for a ``RouteStopped``, else the
+    query's name and the error's useful line."""
+    if isinstance(exc, RouteStopped):
+        return exc.reason
+    return f"{query} stopped: {type(exc).__name__}: {_summary(str(exc))}"
 
 
 def run_with_retries(run: Callable[[], T], where: str, stop: threading.Event, attempts: int) -> T:
@@ -275,7 +402,10 @@ def run_with_retries(run: Callable[[], T], where: str, stop: threading.Event, at
             if stop.is_set():
                 raise BatchFailed(f"{where}: stopping; not committed") from exc
             text = str(exc)
-            fatal = any(marker in text for marker in _FATAL_MARKERS)
+            if isinstance(exc, TasksFailed):
+                fatal = not exc.retriable
+            else:
+                fatal = any(marker in text for marker in _FATAL_MARKERS)
             if fatal or attempt == attempts:
                 raise BatchFailed(f"{where}: {_summary(text)}") from exc
             log.warning(

@@ -7,7 +7,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -27,6 +27,8 @@ class CommitTarget:
     more: tuple[str, ...] = ()
     # A route's topic_pattern: the topics matching it are committed too, as they appear.
     pattern: str | None = None
+    # Why the route may not commit now (its fence lost), or None (asked before each commit).
+    refused: Callable[[], str | None] | None = field(default=None, compare=False)
 
     def topics_of(self, end_offset: str | None) -> tuple[str, ...]:
         """The topics to commit from a progress's ``endOffset`` JSON."""
@@ -66,6 +68,10 @@ def make_listener(
             name = progress.name
             target = targets.get(name)
             if target is None:
+                return
+            refused = target.refused() if target.refused is not None else None
+            if refused is not None:
+                log.warning("%s: group offsets not committed: %s", name, refused)
                 return
             try:
                 on_progress(name, progress)

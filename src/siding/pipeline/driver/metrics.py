@@ -162,6 +162,24 @@ def _batch_in_flight(stats: Iterable[DispatchStats]) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class PageTally:
+    """A route's DLQ pages (docs/dlq.md): sent and dropped, and the letters they counted."""
+
+    sent: int = 0
+    dropped: int = 0
+    letters_sent: int = 0
+    letters_dropped: int = 0
+
+
+def count_page(tally: PageTally, *, sent: bool, letters: int) -> PageTally:
+    if sent:
+        return replace(tally, sent=tally.sent + 1, letters_sent=tally.letters_sent + letters)
+    return replace(
+        tally, dropped=tally.dropped + 1, letters_dropped=tally.letters_dropped + letters
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """A consistent copy of every lane's metrics, taken at ``at`` (monotonic)."""
 
@@ -169,6 +187,8 @@ class Snapshot:
     at: float
     started_at: float
     last_error: str | None = None
+    # Per route with a pager ([route.dlq_page]).
+    pages: Mapping[str, PageTally] = field(default_factory=dict)
 
     def rate(self, key: LaneKey, window_s: float = RATE_WINDOW_S) -> float:
         lane = self.lanes.get(key)
@@ -194,19 +214,28 @@ class MetricsSink:
         self._lanes: dict[LaneKey, LaneMetrics] = {}
         self._started_at = clock()
         self._last_error: str | None = None
-        self.sink = BatchSink(self.on_result)
+        self._pages: dict[str, PageTally] = {}
+        self.sink = BatchSink(self.on_result, self.on_page)
 
-    def declare(self, route: str, lanes: int) -> None:
-        """Show a route's lanes (zeros) before their first batch."""
+    def declare(self, route: str, lanes: int, *, pages: bool = False) -> None:
+        """Show a route's lanes (zeros) before their first batch, and its DLQ pages (zeros)
+        before its first page when it pages (an alert on a rate needs the series first)."""
         with self._lock:
             for lane in range(lanes):
                 self._lanes.setdefault((route, lane), LaneMetrics())
+            if pages:
+                self._pages.setdefault(route, PageTally())
 
     def on_result(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
         with self._lock:
             key = (route, lane)
             current = self._lanes.get(key, LaneMetrics())
             self._lanes[key] = fold_batch(current, results, seconds, self._clock(), self._window_s)
+
+    def on_page(self, route: str, sent: bool, letters: int) -> None:
+        with self._lock:
+            tally = self._pages.get(route, PageTally())
+            self._pages[route] = count_page(tally, sent=sent, letters=letters)
 
     def error(self, text: str) -> None:
         """Remember the last error (a failed route, a stopped query) for ``/status``."""
@@ -215,4 +244,10 @@ class MetricsSink:
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            return Snapshot(dict(self._lanes), self._clock(), self._started_at, self._last_error)
+            return Snapshot(
+                dict(self._lanes),
+                self._clock(),
+                self._started_at,
+                self._last_error,
+                dict(self._pages),
+            )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.errors import DurableWriteError
-from siding.pipeline.driver.batch import BatchHandler, log
+from siding.pipeline.driver.batch import BatchHandler, checked, log
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.executor.park_task import settle_partition
 from siding.pipeline.executor.result import TaskResult
@@ -61,9 +61,10 @@ class ParkBatchHandler(BatchHandler):
 
         def run() -> list[TaskResult]:
             results: list[TaskResult] = rdd.mapPartitionsWithIndex(settle_partition(plan)).collect()
-            return results
+            return checked(results)
 
         results = self._run_with_retries(run, batch_id)
+        results = self._settle_letters(results, batch_id)
         self._used = tuple(t for r in results for t in r.used_tokens)
         return results
 

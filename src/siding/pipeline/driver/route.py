@@ -6,11 +6,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
+from siding.errors import DurableWriteError, RouteStopped
 from siding.kafka.admin import cluster_id, commit_offsets
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
@@ -19,13 +20,21 @@ from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
+from siding.pipeline.driver.fence import RouteFence, driver_id
 from siding.pipeline.driver.keystate import KeyWaits
+from siding.pipeline.driver.pager import DlqPager
 from siding.pipeline.driver.park_batch import ParkBatchHandler
+from siding.pipeline.driver.pin_claims import PinClaims
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
+from siding.pipeline.driver.stops import RouteStops
+from siding.pipeline.driver.warm import kept_warm, warm_workers
+from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.offline import moves, owner, positions
+from siding.pipeline.offline.checkpoint_root import checkpoint_root, route_place
 from siding.pipeline.offline.route_lock import RouteLock
+from siding.pipeline.offline.storage import Place
 from siding.routing.producer import DurableProducer
 
 if TYPE_CHECKING:
@@ -40,18 +49,21 @@ class RouteRuntime:
     """One running route. What it takes, in order, and gives back in reverse:
 
     ``open()``, before Spark exists (the boot opens every route at once, ``open_routes``):
-    refuse a checkpoint owned by another cluster, topic or route; take the checkpoint's lock;
-    check the sources and create the topics the route writes (``topics.prepare``); record the
-    checkpoint's owner; reconcile the group with the checkpoint (``moves``).
+    refuse a checkpoint owned by another cluster, topic or route; take the checkpoint's lock
+    (an unfenced route's: nothing is created while the checkpoint is busy); check the sources
+    and create the topics the route writes (``topics.prepare``); then claim it
+    (``claim_routes``; a standby starts Spark first and waits here): hold its fence
+    (``[fence]``, ``RouteFence``); record the checkpoint's owner; reconcile the group with the
+    checkpoint (``moves``).
     ``start(spark)``: restore the key-mode waits (``KeyWaits``); open the state producer;
     tail the progress topic (``ProgressStore``); per lane, its commit target, batch handler
     and query; if the route parks (or did), tail the settlements (``SettlementStore``) and
     start the park lane the same way.
     ``stop()``: stop the queries, drop the commit targets, close the tails, then the state
-    producer, release the lock. It gives back only what was taken (a failed ``open`` or
-    ``start`` calls it), and more than once is harmless. The topics, the owner file and the
-    group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the running
-    batches have committed (``DELETE /routes/<name>``).
+    producer, release the lock and the fence. It gives back only what was taken (a failed
+    ``open`` or ``start`` calls it), and more than once is harmless. The topics, the owner
+    file and the group's offsets stay: they outlive a run. ``remove`` is ``stop`` once the
+    running batches have committed (``DELETE /routes/<name>``).
     """
 
     def __init__(
@@ -64,8 +76,13 @@ class RouteRuntime:
         stop: threading.Event,
         controls: RouteControls,
         drain: Drain,
+        stops: RouteStops | None = None,
+        standby: bool = False,
+        driver: str = "",
     ) -> None:
         self.route = route
+        self.standby = standby
+        self.stops = stops
         self.config = config
         self.sink = sink
         self.stop_event = stop
@@ -77,6 +94,9 @@ class RouteRuntime:
         # Query name -> where its offsets are committed; the listener reads it live.
         self.targets: dict[str, CommitTarget] = {}
         self.queries: list[StreamingQuery] = []
+        # How each query is started (again, ``restart``), and how often it was started again.
+        self._starts: dict[str, Callable[[], StreamingQuery]] = {}
+        self._restarts: dict[str, int] = {}
         self.settlements: SettlementStore | None = None
         self._admin = admin
         self._claim: owner.Owner | None = None
@@ -84,6 +104,13 @@ class RouteRuntime:
         self._prepared: topics.Prepared | None = None
         self._producer: DurableProducer | None = None
         self._tails: list[TopicTail] = []
+        self.pager: DlqPager | None = None
+        self.fence: RouteFence | None = None
+        self.pin_claims = PinClaims(config.kafka.client_config(), route, driver or driver_id())
+        if config.fenced:
+            self.fence = RouteFence(
+                config.kafka.client_config(), route.name, config.fence, driver, self._fence_lost
+            )
 
     # -- open -----------------------------------------------------------------------------
 
@@ -91,37 +118,60 @@ class RouteRuntime:
         """Take the route's checkpoint and topics (``stop`` gives them back)."""
         open_routes((self,))
 
-    def _route_dir(self) -> Path | None:
-        base = owner.local_dir(self.config.spark.checkpoint_dir)
-        return None if base is None else base / naming.route_checkpoint_subdir(self.route.name)
+    def _route_dir(self) -> Place:
+        return route_place(self.config, self.route.name)
 
     def _check_owner(self) -> None:
         """Refuse a checkpoint that belongs to another cluster, topic or route (before Spark
         sees it); note the owner to record once the topics are ready."""
         route_dir = self._route_dir()
-        if route_dir is None:
-            log.info("checkpoint owners are not checked on %s", self.config.spark.checkpoint_dir)
-            return
         current = owner.Owner(self.route.name, self.route.source_label, cluster_id(self._admin))
         if owner.check(route_dir, current, naming.lane_label(0)).write:
             self._claim = current
 
+    def _take_fence(self) -> None:
+        """Hold the route's fence (waiting, as a standby, while another driver holds it)."""
+        if self.fence is not None:
+            self.fence.acquire(self.stop_event, standby=self.standby)
+
+    def _fence_lost(self, reason: str) -> None:
+        if self.stops is not None:
+            if self.stops.record(reason):
+                log.error("%s", reason)
+        else:
+            self.stop_event.set()
+
+    def fence_plan(self) -> FencePlan | None:
+        return self.fence.plan() if self.fence is not None else None
+
     def _take_lock(self) -> None:
         """Hold the checkpoint while running: a second siding on it, or an offsets reset, is
-        refused (``siding.pipeline.offline.route_lock``)."""
-        route_dir = self._route_dir()
-        if route_dir is not None:
+        refused (``siding.pipeline.offline.route_lock``; a remote checkpoint takes none). A
+        fenced route takes no lock: the fence decides across machines, and a lock held by a
+        frozen driver on the same host would keep its standby out."""
+        if self.fence is None:
             what = f"siding run of route {self.route.name}"
-            self._lock = RouteLock(route_dir, what).acquire(wait_s=2.0)
+            self._lock = RouteLock(self._route_dir(), what).acquire(wait_s=2.0)
+
+    def lock_lost(self) -> str | None:
+        """Why the checkpoint lock or the fence no longer guards the route, or ``None``."""
+        lock, fence = self._lock, self.fence
+        lost = lock.lost() if lock is not None else None
+        return lost or (fence.lost() if fence is not None else None)
 
     def _prepare(self) -> None:
-        self._prepared = topics.prepare(self._admin, self.route)
+        self._prepared = topics.prepare(self._admin, self.route, fenced=self.fence is not None)
         self.partitions = self._prepared.partitions
 
+    def _claim_pins(self) -> None:
+        """Refuse to overlap the pins of routes running in other siding processes; claim the
+        route's own (``pin_claims``; a standby, after it took the fence)."""
+        assert self._prepared is not None
+        self.pin_claims.open(self._prepared.present)
+
     def _record_owner(self) -> None:
-        route_dir = self._route_dir()
-        if route_dir is not None and self._claim is not None:
-            owner.claim(route_dir, self._claim)
+        if self._claim is not None:
+            owner.claim(self._route_dir(), self._claim)
 
     def _reconcile(self) -> None:
         moves.reconcile_at_start(self.config, self.route, self._admin)
@@ -143,18 +193,24 @@ class RouteRuntime:
         present = self._prepared.present
         waits = KeyWaits(naming.state_topic(route.name, naming.KEYS))
         waits.restore(read_to_end(client_conf, waits.topic))
-        self._producer = state_producer = DurableProducer(client_conf)
+        self._producer = state_producer = DurableProducer(client_conf, guard=self.lock_lost)
+        self.pager = self._start_pager()
         held = topics.held_topics(route, present)
         progress = self._progress_store()
         sources = self._prepared.sources
         for lane, read in enumerate((sources, *((t,) for t in naming.route_lane_topics(route)))):
             name = naming.query_name(route.name, lane)
             if lane > 0:
-                self.targets[name] = CommitTarget(route.group, read[0])
+                self.targets[name] = CommitTarget(route.group, read[0], refused=self.lock_lost)
             elif route.topic_pattern is None:
-                self.targets[name] = CommitTarget(route.group, read[0], (*read[1:], *held))
+                more = (*read[1:], *held)
+                self.targets[name] = CommitTarget(
+                    route.group, read[0], more, refused=self.lock_lost
+                )
             else:  # the topics matching the pattern, as they appear
-                self.targets[name] = CommitTarget(route.group, "", held, route.topic_pattern)
+                self.targets[name] = CommitTarget(
+                    route.group, "", held, route.topic_pattern, refused=self.lock_lost
+                )
             handler = LaneBatchHandler(
                 route=route,
                 lane=lane,
@@ -167,9 +223,16 @@ class RouteRuntime:
                 controls=self.controls,
                 drain=self.drain,
                 progress=progress,
+                stops=self.stops,
+                lock_lost=self.lock_lost,
+                fence=self.fence_plan,
+                pager=self.pager,
+                on_flood=self._flood_stop,
             )
             subscribe, topic = (
-                main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
+                main_subscription(route, held, self.partitions)
+                if lane == 0
+                else ("subscribe", read[0])
             )
             reads = (*read, *held) if lane == 0 else read
             self._start_query(spark, lane, topic, reads, handler, subscribe=subscribe)
@@ -177,6 +240,14 @@ class RouteRuntime:
         # does (parking turned off, key mode): the main lane committed past them.
         if route.parks or naming.park_topic(route.name) in present:
             self._start_park_lane(spark, state_producer)
+
+    def _start_pager(self) -> DlqPager | None:
+        """The route's DLQ pager ([route.dlq_page]), sending; ``None`` when it has none."""
+        page = self.route.dlq_page
+        if page is None:
+            return None
+        dlq = naming.route_dlq(self.route)
+        return DlqPager(self.route.name, dlq, page, on_page=self.sink.on_page).start()
 
     def _progress_store(self) -> ProgressStore | None:
         """What earlier attempts of the route's batches made durable (docs/replay.md)."""
@@ -191,10 +262,18 @@ class RouteRuntime:
         route = self.route
         topic = naming.park_topic(route.name)
         name = naming.query_name(route.name, naming.PARK_LANE)
-        self.targets[name] = CommitTarget(route.group, topic)
+        self.targets[name] = CommitTarget(route.group, topic, refused=self.lock_lost)
         tail = self._tail(naming.state_topic(route.name, naming.SETTLED))
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
+        forgotten = store.after_flood()
+        if forgotten:
+            log.info(
+                "route %s: %d DEAD answers of parked calls from before the DLQ-flood stop"
+                " forgotten: their records are asked again",
+                route.name,
+                forgotten,
+            )
         self.settlements = store
         handler = ParkBatchHandler(
             route=route,
@@ -205,9 +284,27 @@ class RouteRuntime:
             parallelism=spark.sparkContext.defaultParallelism,
             controls=self.controls,
             drain=self.drain,
+            stops=self.stops,
+            letter_producer=state_producer,
+            lock_lost=self.lock_lost,
+            fence=self.fence_plan,
+            pager=self.pager,
+            on_flood=self._flood_stop,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
+
+    def _flood_stop(self) -> None:
+        """The DLQ-flood guard stops the route: mark it in the ``settled`` topic, so that the
+        DEAD answers its parked calls gave (now, and until the process is gone) are forgotten
+        at the next start and their records asked again (docs/dispatch.md)."""
+        store = self.settlements
+        if store is None:  # the route has never parked: no parked call can answer
+            return
+        try:
+            store.mark_flood()
+        except DurableWriteError as exc:
+            log.warning("route %s: the DLQ-flood stop was not marked: %s", self.route.name, exc)
 
     def _tail(self, topic: str) -> TopicTail:
         tail = TopicTail(self.config.kafka.client_config(), topic)
@@ -228,7 +325,7 @@ class RouteRuntime:
         assert self._prepared is not None
         route = self.route
         subdir = naming.checkpoint_subdir(route.name, lane)
-        checkpoint = Path(self.config.spark.checkpoint_dir) / subdir
+        checkpoint = checkpoint_root(self.config) / subdir
         starting = query.starting(
             self.config.kafka.client_config(),
             route,
@@ -239,19 +336,41 @@ class RouteRuntime:
             lane=lane if starting_lane is None else starting_lane,
         )
         name = naming.query_name(route.name, lane)
-        self.queries.append(
-            query.start_query(
-                spark,
-                self.config,
-                route,
-                name,
-                topic,
-                handler=handler,
-                checkpoint=checkpoint,
-                starting=starting,
-                subscribe=subscribe,
-            )
+        start = partial(
+            query.start_query,
+            spark,
+            self.config,
+            route,
+            name,
+            topic,
+            handler=handler,
+            checkpoint=checkpoint,
+            starting=starting,
+            subscribe=subscribe,
         )
+        self._starts[name] = start
+        self.queries.append(start())
+
+    def restart(self, stopped: StreamingQuery, error: str) -> bool:
+        """Start ``stopped`` again from its checkpoint when ``query.restart_after`` says so (a
+        driver that lost this route's fence wrote to the checkpoint); whether it did."""
+        name = str(stopped.name)
+        start, restarts = self._starts.get(name), self._restarts.get(name, 0)
+        holds = self.fence is not None and self.lock_lost() is None
+        if start is None or not query.restart_after(error, holds_fence=holds, restarts=restarts):
+            return False
+        self._restarts[name] = restarts + 1
+        log.warning(
+            "route %s: %s stopped because another driver wrote to its checkpoint (a driver that"
+            " lost the route's fence, resuming); started again from the checkpoint (%d of %d)",
+            self.route.name,
+            name,
+            restarts + 1,
+            query.MAX_RESTARTS_AFTER_ANOTHER_WRITE,
+        )
+        self.queries = [each for each in self.queries if each is not stopped]
+        self.queries.append(start())
+        return True
 
     # -- stop -----------------------------------------------------------------------------
 
@@ -280,6 +399,14 @@ class RouteRuntime:
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.release()
+        if self.fence is not None:
+            self.fence.release()
+        self.pin_claims.close()
+        # Last: its final page (up to ``pager.STOP_WAIT_S``) writes nothing to Kafka, so a
+        # standby need not wait for it; after the queries, whose last letters are on it.
+        pager, self.pager = self.pager, None
+        if pager is not None:
+            pager.stop()
 
     def remove(self, timeout_s: float) -> dict[str, dict[int, int]]:
         """Stop the route's queries once the batches they are running have committed (each is
@@ -333,7 +460,7 @@ class RouteRuntime:
         may not have heard of it yet); what was committed, per topic."""
         target = self.targets.get(str(stopped.name))
         progress = stopped.lastProgress
-        if target is None or progress is None or self._admin is None:
+        if target is None or progress is None or self._admin is None or self.lock_lost():
             return {}
         out: dict[str, dict[int, int]] = {}
         for source in progress.sources:
@@ -374,11 +501,17 @@ class RouteRuntime:
 
 
 # Opening is done step by step across the routes opened together: a start refused for one
-# route (its owner, its lock, its topics) then claims and reconciles none of them.
-_OPEN_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
+# route (its owner, its fence or lock, its topics) then claims and reconciles none of them.
+# The lock (an unfenced route's) is taken before any topic is created: a route whose checkpoint
+# is busy creates nothing. A fenced route creates its topics (its fence topic among them) first.
+_PREPARE_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
     RouteRuntime._check_owner,
     RouteRuntime._take_lock,
     RouteRuntime._prepare,
+)
+_CLAIM_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
+    RouteRuntime._take_fence,
+    RouteRuntime._claim_pins,
     RouteRuntime._record_owner,
     RouteRuntime._reconcile,
 )
@@ -387,8 +520,42 @@ _OPEN_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
 def open_routes(runtimes: Sequence[RouteRuntime]) -> None:
     """``open`` every route of ``runtimes``, each step for all of them before the next; a
     failure gives back what any of them took."""
+    _steps(runtimes, (*_PREPARE_STEPS, *_CLAIM_STEPS))
+
+
+def prepare_routes(runtimes: Sequence[RouteRuntime]) -> None:
+    """The first half of ``open_routes``: what a standby does before it starts Spark."""
+    _steps(runtimes, _PREPARE_STEPS)
+
+
+def claim_routes(runtimes: Sequence[RouteRuntime]) -> None:
+    """The second half of ``open_routes``: the fence (a standby waits here), lock, owner."""
+    _steps(runtimes, _CLAIM_STEPS)
+
+
+def take_over(
+    runtimes: Sequence[RouteRuntime], stop_event: threading.Event, spark: SparkSession
+) -> bool:
+    """A standby's wait for its routes' fences (``claim_routes``), its Python workers kept warm
+    meanwhile; ``False`` when it was asked to stop before it took them (a clean stop: it held
+    nothing)."""
+    with kept_warm(lambda: warm_workers(spark)):
+        log.info("siding: standby: Spark is up; waiting for the routes' fences")
+        try:
+            claim_routes(runtimes)
+        except RouteStopped:
+            if not stop_event.is_set():
+                raise
+            log.info("siding: standby stopped before it took the routes over")
+            return False
+    return True
+
+
+def _steps(
+    runtimes: Sequence[RouteRuntime], steps: tuple[Callable[[RouteRuntime], None], ...]
+) -> None:
     try:
-        for step in _OPEN_STEPS:
+        for step in steps:
             for runtime in runtimes:
                 step(runtime)
     except BaseException:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from siding.config import RouteConfig
-from siding.jvm import spark_jars
+from siding.jvm import java_options, spark_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,6 +26,14 @@ def task_slots(route: RouteConfig, partitions: int) -> int:
     lane, and one for the park lane."""
     main = max(partitions, route.min_partitions)
     return main + (len(route.lanes) + (1 if route.parks else 0)) * partitions
+
+
+STATUS_STORE_BOUNDS = {
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+    "spark.sql.ui.retainedExecutions": "100",
+}
 
 
 def effective_master(master: str, slots_needed: int, cores: int) -> str:
@@ -45,15 +54,17 @@ def session_conf(
     ui: bool = False,
     extra: Mapping[str, str] | None = None,
     jars_dir: str | None = None,
+    s3a: bool = False,
 ) -> dict[str, str]:
     """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins.
-    ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``)."""
+    ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``); ``s3a``: the checkpoint
+    is on ``s3a://`` (hadoop-aws and the AWS SDK modules join the jars)."""
     local = master.startswith("local")
-    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J2}"
+    java_opts = shlex.join([f"-Dlog4j2.configurationFile=file:{_LOG4J2}", *java_options()])
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
-        "spark.jars": ",".join(spark_jars(jars_dir)),
+        "spark.jars": ",".join(spark_jars(jars_dir, s3a=s3a)),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": java_opts,
@@ -65,6 +76,12 @@ def session_conf(
         "spark.sql.adaptive.enabled": "false",
         # Retry lanes and the main lane share the executors; no query may starve the others.
         "spark.scheduler.mode": "FAIR",
+        # Spark's status store keeps finished jobs, stages, tasks and SQL executions in the
+        # driver's heap even with the UI off (Spark's defaults: 1,000, 1,000, 100,000, 1,000);
+        # every trigger of every query adds some, so that part of the heap grows until the
+        # limits are reached (the 10-minute soak had not reached them). siding reads none of it
+        # (docs/operations.md, "Memory"); [spark].conf can set them back.
+        **STATUS_STORE_BOUNDS,
     }
     if local:
         conf.update(
@@ -87,6 +104,7 @@ def build_session(
     ui: bool = False,
     extra: Mapping[str, str] | None = None,
     jars_dir: str | None = None,
+    s3a: bool = False,
 ) -> SparkSession:
     """Create (or return the running) SparkSession with siding's settings."""
     # Workers must run the same interpreter (the one that has siding installed).
@@ -94,7 +112,7 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    conf = session_conf(master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir)
+    conf = session_conf(master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir, s3a=s3a)
     callers = _callers_sigint()
     _start_jvm_apart(conf)
     builder = SparkSession.builder

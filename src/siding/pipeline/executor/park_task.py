@@ -19,10 +19,12 @@ from dataclasses import replace
 from typing import Any
 
 from siding.dispatch import Settled, Work
+from siding.errors import SidingError
+from siding.pipeline.executor import fence_gate
 from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_tasks
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import Incoming, incoming
-from siding.pipeline.executor.task import dead_reasons, deliver, route_out, tally
+from siding.pipeline.executor.task import dead_reasons, deliver, failed, split_letters, tally
 from siding.pipeline.executor.worker import runtime
 from siding.policy import next_step
 from siding.routing.settlement import Settlement
@@ -84,11 +86,18 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     again_parked = [
         Settled(Work(i.delivery), Parked(i.park_token, i.not_before_ms, i.deaths)) for i in later
     ]
-    out = route_out(plan, [*settled, *again_parked], hops, int(time.time() * 1000))
+    out, letters = split_letters(plan, [*settled, *again_parked], hops, int(time.time() * 1000))
     if out:
+        fence_gate.check(plan.fence, plan.client_conf)
         runtime().producer(plan.client_conf).write(out)
     used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
-    result = tally(settled, stats=stats, used_tokens=used, dead_reasons=dead_reasons(settled))
+    result = tally(
+        settled,
+        stats=stats,
+        used_tokens=used,
+        dead_reasons=dead_reasons(settled),
+        letters=tuple(letters),
+    )
     # A parked call's outputs were written by the worker before its settlement: counted here,
     # when the park lane finishes the record (docs/outputs.md).
     written = StepCounts(outputs=sum(plan.settlements[token].outputs for token in used))
@@ -99,6 +108,10 @@ def settle_partition(plan: TaskPlan) -> Any:
     """The function handed to ``RDD.mapPartitionsWithIndex`` for the park lane."""
 
     def run(partition_id: int, rows: Iterable[Sequence[Any]]) -> Iterable[TaskResult]:
-        yield run_park_slice(plan, rows, partition_id)
+        try:
+            result = run_park_slice(plan, rows, partition_id)
+        except SidingError as exc:  # said in one line to the driver, which decides
+            result = failed(exc)
+        yield result
 
     return run

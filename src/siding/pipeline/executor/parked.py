@@ -108,7 +108,7 @@ class ParkedCalls:
             try:
                 await self._loop.run_in_executor(None, writer, records)
             except DurableWriteError as exc:
-                if attempt == WRITE_ATTEMPTS:
+                if attempt == WRITE_ATTEMPTS or not exc.retriable:  # a lost fence: never
                     # The park lane will deliver these again: a duplicate, never a loss.
                     self.unsettled_failures += settlements
                     log.warning("%d settlement(s) not written: %s", settlements, exc)

@@ -17,6 +17,7 @@ from siding.dispatch import (
     WaitingRecord,
 )
 from siding.model import Ordering
+from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.policy import deadline_for
 from siding.routing.settlement import Settlement
@@ -48,6 +49,8 @@ class TaskPlan:
     progress: ProgressPlan | None = None
     # Where the workers report their calls in flight now (pipeline.executor.live); "" for nowhere.
     live_topic: str = ""
+    # The fence the batch runs under; writes are refused once a newer epoch is claimed.
+    fence: FencePlan | None = None
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -111,6 +114,7 @@ def build_plan(
     registry_topic: str = "",
     drain_file: str = "",
     progress: ProgressPlan | None = None,
+    fence: FencePlan | None = None,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -133,4 +137,5 @@ def build_plan(
         drain_file=drain_file,
         progress=progress,
         live_topic=naming.state_topic(route.name, naming.LIVE),
+        fence=fence,
     )

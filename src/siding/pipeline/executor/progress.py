@@ -61,6 +61,14 @@ def merge_maps(*maps: DoneMap) -> dict[Coord, Ranges]:
     return out
 
 
+def covers(done: DoneMap, part: DoneMap) -> bool:
+    """Whether every offset of ``part`` is in ``done`` already."""
+    return all(
+        merge(done.get(coord, ()), ranges) == merge(done.get(coord, ()))
+        for coord, ranges in part.items()
+    )
+
+
 def done_map(deliveries: Iterable[Delivery]) -> dict[Coord, Ranges]:
     """The origins of ``deliveries`` as ranges per (topic, partition)."""
     offsets: dict[Coord, list[int]] = {}
@@ -201,9 +209,20 @@ def known_for(marks: Iterable[Mark], query: str, query_id: str, batch: int) -> K
     return known
 
 
+def write_now(unwritten: int, *, every: int, answered: int, expected: int) -> bool:
+    """Whether a task writes its progress at once rather than at the next tick: ``unwritten``
+    ACKs are in no record yet, and either they are ``every`` or more (0: no count), or each
+    of the ``expected`` calls of the slice has answered (a burst whose ACKs all came within a
+    tick is recorded as soon as they are in). The tick writes the rest (docs/replay.md)."""
+    if unwritten <= 0:
+        return False
+    return (every > 0 and unwritten >= every) or (expected > 0 and answered >= expected)
+
+
 @dataclass(frozen=True)
 class ProgressPlan:
-    """What a task needs to record its progress and to skip what is known done."""
+    """What a task needs to record its progress and to skip what is known done: the topic,
+    the batch, and when to write (every ``interval_s``, and every ``every`` ACKs)."""
 
     topic: str
     query: str
@@ -211,3 +230,4 @@ class ProgressPlan:
     batch: int
     interval_s: float
     known: Known = field(default_factory=Known)
+    every: int = 0

@@ -1,5 +1,6 @@
 """A task's progress record (docs/replay.md): ACKs noted as they come, written every
-``progress_interval`` when they changed, and the whole slice once the task's own writes were
+``progress_interval`` when they changed, at once every ``progress_every`` ACKs and when every
+call of the slice has answered, and the whole slice once the task's own writes were
 acknowledged. Writes never wait and never fail the task: a progress record only states what is
 already durable, so one that is lost costs duplicates after a crash, never a record.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from siding.kafka.reader import read_to_end
@@ -21,6 +22,7 @@ from siding.pipeline.executor.progress import (
     Mark,
     ProgressPlan,
     Ranges,
+    covers,
     decode,
     done_map,
     encode,
@@ -28,6 +30,7 @@ from siding.pipeline.executor.progress import (
     merge_maps,
     restrict,
     split,
+    write_now,
 )
 from siding.pipeline.executor.rows import Incoming
 from siding.pipeline.executor.worker import runtime
@@ -38,12 +41,15 @@ log = logging.getLogger(__name__)
 
 Produce = Callable[[OutRecord], None]
 READ_TIMEOUT_S = 30.0
+# A progress record is sent at once: one record stands for many ACKs, so batching gains
+# nothing, and a record still lingering in the producer at a SIGKILL is lost.
+PRODUCER_CONF = {"linger.ms": 0}
 
 
 class Tracker:
-    """One task's progress. ``acked`` is called on the worker's loop, the rest from the task's
-    thread; the timer runs on the loop. A closed tracker writes nothing more, so a late tick
-    cannot overwrite the final record with less."""
+    """One task's progress. ``answered`` (and ``acked``) is called on the worker's loop, the
+    rest from the task's thread; the timer runs on the loop. A closed tracker writes nothing
+    more, so a late tick cannot overwrite the final record with less."""
 
     def __init__(
         self,
@@ -65,6 +71,8 @@ class Tracker:
         self._written: dict[Coord, Ranges] = {}
         self._version = 0
         self._written_version = 0
+        self._answered = 0
+        self._expected = 0
         self._closed = plan is None or produce is None
         self._timer: asyncio.TimerHandle | None = None
         self.slice: list[Delivery] = []
@@ -86,31 +94,58 @@ class Tracker:
             self._loop.call_soon_threadsafe(self._schedule)
         return [items[i] for i in keep]
 
+    def expect(self, calls: int) -> None:
+        """The task is about to dispatch ``calls`` records: once as many calls have answered,
+        what they ACKed is written at once."""
+        with self._lock:
+            self._expected = calls
+
     def watch(self, transport: Transport) -> Transport:
-        return transport if self._closed else _Watched(transport, self.acked)
+        return transport if self._closed else _Watched(transport, self.answered)
 
     def acked(self, delivery: Delivery) -> None:
+        self.answered(delivery, acked=True)
+
+    def answered(self, delivery: Delivery, *, acked: bool) -> None:
+        """A call of the slice answered (``acked``: with an ACK that is done once noted)."""
         with self._lock:
-            if not self._closed:
+            if self._closed:
+                return
+            self._answered += 1
+            if acked:
                 self._new_acks.append(delivery)
                 self._version += 1
+            every = self._plan.every if self._plan is not None else 0
+            if write_now(
+                len(self._new_acks), every=every, answered=self._answered, expected=self._expected
+            ):
+                self._write_locked()
 
-    def written(self, plan: TaskPlan) -> None:
-        """The task's records were written. In unordered mode the whole slice is durable; key
-        mode keeps ACKs only (a lane or hold record's key state is the driver's, written after
-        the tasks: a replay must dispatch it again to report it)."""
+    def written(self, plan: TaskPlan, pending: Collection[str] = ()) -> None:
+        """The task's records were written. In unordered mode the whole slice is durable but
+        the records whose ids are ``pending`` (dead letters the driver writes later); key mode
+        keeps ACKs only (a lane or hold record's key state is the driver's, written after the
+        tasks: a replay must dispatch it again to report it)."""
         if plan.route.ordering is Ordering.UNORDERED:
-            self.finish(self.slice)
+            self.finish([d for d in self.slice if d.id not in pending])
         else:
             self.close()
 
     def finish(self, written: Iterable[Delivery]) -> None:
-        """Every record of ``written`` is durable: write that and stop."""
+        """Every record of ``written`` is durable: write that and stop. A slice whose records
+        were all ACKed and recorded already (every call answered) is not written again."""
         with self._lock:
             if self._closed:
                 return
             self._written = done_map(written)
-            self._version += 1
+            known = merge_maps(
+                self._acked,
+                done_map(self._new_acks),
+                self._carried.acked,
+                self._carried.written,
+            )
+            if not covers(known, self._written):
+                self._version += 1
         self.close()
 
     def close(self) -> None:
@@ -157,16 +192,19 @@ class Tracker:
 class _Watched:
     """A transport that tells the tracker of every ACK."""
 
-    def __init__(self, inner: Transport, on_ack: Callable[[Delivery], None]) -> None:
+    def __init__(self, inner: Transport, on_answer: Callable[..., None]) -> None:
         self._inner = inner
-        self._on_ack = on_ack
+        self._on_answer = on_answer
 
     async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
-        outcome = await self._inner.send(delivery, deadline_s)
+        try:
+            outcome = await self._inner.send(delivery, deadline_s)
+        except BaseException:
+            self._on_answer(delivery, acked=False)
+            raise
         # An ACK that asks for records to be written (consumer outputs) is not done before they
         # are: the task's final record covers it, once its writes were acknowledged.
-        if outcome.kind is OutcomeKind.ACK and not outcome.outputs:
-            self._on_ack(delivery)
+        self._on_answer(delivery, acked=outcome.kind is OutcomeKind.ACK and not outcome.outputs)
         return outcome
 
     async def probe(self) -> bool:
@@ -215,7 +253,7 @@ def begin(plan: TaskPlan, partition_id: int) -> Tracker:
     if progress is None:
         return Tracker(None, partition_id)
     rt = runtime()
-    producer = rt.producer(plan.client_conf, use="progress").producer
+    producer = rt.producer({**plan.client_conf, **PRODUCER_CONF}, use="progress").producer
     conf = plan.client_conf
 
     def known() -> Known:

@@ -1,7 +1,9 @@
-"""One Spark task: deliver its slice of a batch, then write lane and DLQ records durably.
+"""One Spark task: deliver its slice of a batch, then write its lane, park and hold records
+durably and hand its dead letters to the driver.
 
-The task returns only after Kafka acknowledged every lane/DLQ record, so a task that succeeded
-means every record of its slice has a durable outcome (invariant 1).
+The task returns only after Kafka acknowledged every record it writes; its dead letters are
+written by the driver once the whole batch passed the DLQ-flood guard (docs/dispatch.md), and
+only then may the batch commit (invariant 1).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 
 from siding.dispatch import (
     DispatchReport,
@@ -22,11 +24,11 @@ from siding.dispatch import (
     Settled,
     Work,
     dispatch,
-    flood_exceeded,
 )
 from siding.dispatch.keyorder import HELD, WaitEvent, order_key
-from siding.errors import DlqFloodError
+from siding.errors import SidingError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
+from siding.pipeline.executor import fence_gate
 from siding.pipeline.executor.parked import Adoption
 from siding.pipeline.executor.plan import TaskPlan
 from siding.pipeline.executor.progress_task import Tracker, begin
@@ -125,6 +127,8 @@ def route_out(
                         lane_topic=lane_topic,
                     )
                 )
+            case _:  # a new step must say here what it writes
+                assert_never(item.step)
     return out
 
 
@@ -170,10 +174,13 @@ def wait_events(plan: TaskPlan, settled: Iterable[Settled]) -> tuple[WaitEvent, 
                 events.append(WaitEvent(key, offset, lane, not_before_ms))
             case Held():
                 events.append(WaitEvent(key, offset, HELD))
-            case Done() | ToDlq() if plan.lane > 0 or key in plan.waiting:
-                events.append(WaitEvent(key, offset, None))
-            case _:
+            case Done() | ToDlq():
+                if plan.lane > 0 or key in plan.waiting:
+                    events.append(WaitEvent(key, offset, None))
+            case Parked() | Resent():
                 pass  # key mode never parks calls; a resent record's key stays blocked
+            case _:  # a new step must say here whether it releases its key
+                assert_never(item.step)
     return tuple(events)
 
 
@@ -221,22 +228,18 @@ def run_slice(
     work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
+    progress.expect(len(work))
     report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
-    dead = dead_letters(settled)
     route = plan.route
-    if flood_exceeded(len(dead), len(settled), route.dlq_flood_ratio, route.dlq_flood_min_batch):
-        raise DlqFloodError(
-            f"route {route.name}: {len(dead)} of {len(settled)} records turned DEAD in one task"
-            f" (more than dlq_flood_ratio={route.dlq_flood_ratio:g}); refusing to dead-letter them."
-            f" First reason: {dead[0].reason}"
-        )
     resent = [Settled(Work(i.delivery), Resent(i.not_before_ms)) for i in later]
-    out = route_out(plan, [*settled, *resent], hops, int(time.time() * 1000))
+    out, letters = split_letters(plan, [*settled, *resent], hops, int(time.time() * 1000))
     if out:
+        fence_gate.check(plan.fence, plan.client_conf)
         runtime().producer(plan.client_conf).write(out)
-    progress.written(plan)
+    # The dead ones are not durable yet: the driver writes them after judging the batch.
+    progress.written(plan, pending={s.work.delivery.id for s in settled if is_dead(s)})
     if os.environ.get("SIDING_TRACE_TASKS"):
         # Lands in the executor's stderr log: which process delivered what (scale-out checks).
         print(
@@ -254,6 +257,35 @@ def run_slice(
         wait_events=wait_events(plan, settled),
         dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
+        letters=tuple(letters),
+    )
+
+
+def is_dead(item: Settled) -> bool:
+    return isinstance(item.step, ToDlq)
+
+
+def split_letters(
+    plan: TaskPlan, settled: Sequence[Settled], hops: dict[str, tuple[LaneHop, ...]], now_ms: int
+) -> tuple[list[OutRecord], list[OutRecord]]:
+    """(the records the task writes, its dead letters for the driver), each in item order."""
+    kept = [s for s in settled if not is_dead(s)]
+    return route_out(plan, kept, hops, now_ms), route_out(plan, dead_items(settled), hops, now_ms)
+
+
+def dead_items(settled: Sequence[Settled]) -> list[Settled]:
+    return [s for s in settled if is_dead(s)]
+
+
+def failed(exc: SidingError) -> TaskResult:
+    """A task that could not finish: one line for the driver instead of a failed Spark task."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return TaskResult(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        failure=f"{type(exc).__name__}: {line}"[:500],
+        retriable=exc.retriable,
     )
 
 
@@ -335,7 +367,8 @@ def deliver(
         )
     )
     if report.parked:
-        writer = rt.producer(plan.client_conf, use="settlements").write
+        settle = rt.producer(plan.client_conf, use="settlements").write
+        writer = fence_gate.guarded(plan.fence, plan.client_conf, settle)
         adoption = Adoption(key, plan.settle_topic, timer, breaker, writer, route.name)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
@@ -373,8 +406,11 @@ def deliver_partition(plan: TaskPlan) -> Any:
     def run(partition_id: int, rows: Iterator[Sequence[Any]]) -> Iterator[TaskResult]:
         progress = begin(plan, partition_id)
         try:
-            yield run_slice(plan, rows, partition_id, progress)
+            result = run_slice(plan, rows, partition_id, progress)
+        except SidingError as exc:  # said in one line to the driver, which decides
+            result = failed(exc)
         finally:
             progress.close()  # a failed task still records the ACKs it got
+        yield result
 
     return run

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from siding import naming
@@ -35,7 +33,9 @@ from siding.kafka.admin import (
 )
 from siding.kafka.extent import extents, offsets_at
 from siding.pipeline.offline import offset_log, owner, positions
+from siding.pipeline.offline.checkpoint_root import route_place
 from siding.pipeline.offline.route_lock import CheckpointBusy, RouteLock, holder
+from siding.pipeline.offline.storage import Place
 from siding.routing.audit import audit_record, who
 from siding.routing.producer import DurableProducer
 
@@ -45,14 +45,9 @@ MOVE_FILE = "siding-move.json"
 MAIN = naming.lane_label(0)
 
 
-def route_dir_of(config: SidingConfig, route: RouteConfig) -> Path:
-    base = owner.local_dir(config.spark.checkpoint_dir)
-    if base is None:
-        raise OffsetsError(
-            f"route {route.name}: siding offsets works on local or mounted checkpoint folders,"
-            f" not on {config.spark.checkpoint_dir}"
-        )
-    return base / naming.route_checkpoint_subdir(route.name)
+def route_dir_of(config: SidingConfig, route: RouteConfig) -> Place:
+    """The route's checkpoint folder, local or through Hadoop's FileSystem API."""
+    return route_place(config, route.name)
 
 
 def _client_conf(config: SidingConfig) -> dict[str, str]:
@@ -61,10 +56,11 @@ def _client_conf(config: SidingConfig) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RouteOffsets:
-    """A route's source position as ``offsets show`` and a reset see it."""
+    """A route's source position as ``offsets show`` and a reset see it (a pinned route's
+    partitions only: ``extents`` and ``group`` hold no other)."""
 
     route: RouteConfig
-    route_dir: Path
+    route_dir: Place
     extents: Mapping[int, tuple[int, int]]
     position: offset_log.Position | None
     group: Mapping[int, Committed]
@@ -79,7 +75,7 @@ class RouteOffsets:
         return self.topic or self.route.single_topic or ""
 
     @property
-    def query_dir(self) -> Path:
+    def query_dir(self) -> Place:
         return self.route_dir / MAIN
 
     @property
@@ -96,12 +92,8 @@ def source_topics(config: SidingConfig, route: RouteConfig) -> tuple[str, ...]:
         return route.source_topics
     client_conf = _client_conf(config)
     found = set(existing_topics(admin_client(client_conf)))
-    base = owner.local_dir(config.spark.checkpoint_dir)
-    if base is not None:
-        position = offset_log.read_position(
-            base / naming.route_checkpoint_subdir(route.name) / MAIN
-        )
-        found.update(position.offsets if position is not None else ())
+    position = offset_log.read_position(route_dir_of(config, route) / MAIN)
+    found.update(position.offsets if position is not None else ())
     return route.matching(found)
 
 
@@ -137,9 +129,9 @@ def look(
     return RouteOffsets(
         route=route,
         route_dir=route_dir,
-        extents=extents(client_conf, source),
+        extents=route.only_pinned(source, extents(client_conf, source)),
         position=offset_log.read_position(route_dir / MAIN),
-        group=committed_positions(client_conf, route.group, source),
+        group=route.only_pinned(source, committed_positions(client_conf, route.group, source)),
         running=None if locked else holder(route_dir),
         pending_move=(route_dir / MOVE_FILE).exists(),
         topic=source,
@@ -195,16 +187,13 @@ def prepare(view: RouteOffsets, new: Mapping[int, int], mark: str) -> Move:
     )
 
 
-def carry_out(route_dir: Path, move: Move, admin: Any) -> None:
+def carry_out(route_dir: Place, move: Move, admin: Any) -> None:
     """Write the move down, then the checkpoint, then the group; then strike it off."""
-    intent = route_dir / MOVE_FILE
-    temporary = route_dir / f".{MOVE_FILE}.tmp"
-    temporary.write_text(move.to_json())
-    os.replace(temporary, intent)
+    (route_dir / MOVE_FILE).replace(move.to_json())
     _apply(route_dir, move, admin)
 
 
-def _apply(route_dir: Path, move: Move, admin: Any) -> None:
+def _apply(route_dir: Place, move: Move, admin: Any) -> None:
     query = route_dir / MAIN
     if move.batch is not None:
         offset_log.write_batch(query, move.batch, move.offsets_text, move.commit_text)
@@ -214,13 +203,13 @@ def _apply(route_dir: Path, move: Move, admin: Any) -> None:
     (route_dir / MOVE_FILE).unlink()
 
 
-def finish_interrupted(route_dir: Path, admin: Any) -> Move | None:
+def finish_interrupted(route_dir: Place, admin: Any) -> Move | None:
     """Carry out a move that was written down but not finished (idempotent steps)."""
     intent = route_dir / MOVE_FILE
-    if not intent.exists():
-        return None
     try:
         move = Move.from_json(intent.read_text())
+    except FileNotFoundError:
+        return None
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{intent} is unreadable ({exc}): remove it to go on") from exc
     log.warning("finishing an interrupted move of %s (%s)", route_dir, move.mark)
@@ -306,6 +295,7 @@ def reset(
                 ) from None
             finish_interrupted(route_dir, admin)
         view = look(config, route, locked=execute, topic=topic)
+        _check_pinned(route, view.source, target)
         by_time: Mapping[int, int | None] = {}
         if target.kind == "datetime":
             by_time = offsets_at(client_conf, view.source, sorted(view.extents), target.at_ms)
@@ -333,6 +323,21 @@ def reset(
         lock.release()
 
 
+def _check_pinned(route: RouteConfig, topic: str, target: positions.Target) -> None:
+    """``--to-offset`` may name only partitions a pinned route reads (the others belong to
+    other routes of its group)."""
+    pinned = route.pinned(topic)
+    if pinned is None or target.kind != "offsets":
+        return
+    for p in sorted(target.offsets):
+        if p not in pinned:
+            pins = ", ".join(str(q) for q in pinned)
+            raise OffsetsError(
+                f"--to-offset: route {route.name} is pinned to partition(s) {pins} of topic"
+                f" {topic}: partition {p} is not its to move"
+            )
+
+
 def _changes(plan: positions.Plan) -> dict[int, tuple[int | None, int]]:
     return {r.partition: (r.position, r.new) for r in plan.rows if r.moves and r.new is not None}
 
@@ -341,10 +346,7 @@ def reconcile_at_start(config: SidingConfig, route: RouteConfig, admin: Any) -> 
     """Before the route's queries start: finish an interrupted move, then compare the group
     with the checkpoint. A group moved by another tool is honoured (the checkpoint follows it,
     logged at WARNING and audited); one that trails siding's own commits is committed again."""
-    base = owner.local_dir(config.spark.checkpoint_dir)
-    if base is None:
-        return
-    route_dir = base / naming.route_checkpoint_subdir(route.name)
+    route_dir = route_dir_of(config, route)
     finish_interrupted(route_dir, admin)
     position = offset_log.read_position(route_dir / MAIN)
     if position is None:
@@ -356,17 +358,18 @@ def reconcile_at_start(config: SidingConfig, route: RouteConfig, admin: Any) -> 
 
 
 def _reconcile_topic(
-    config: SidingConfig, route: RouteConfig, admin: Any, route_dir: Path, topic: str
+    config: SidingConfig, route: RouteConfig, admin: Any, route_dir: Place, topic: str
 ) -> None:
     position = offset_log.read_position(route_dir / MAIN)
     if position is None:
         return
     client_conf = _client_conf(config)
     checkpoint = position.offsets.get(topic, {})
-    group = committed_positions(client_conf, route.group, topic)
+    # A pinned route's partitions only: another route of the group owns the others.
+    group = route.only_pinned(topic, committed_positions(client_conf, route.group, topic))
     verdict = positions.start_verdict(checkpoint, group)
     if verdict.moved:
-        extent = extents(client_conf, topic)
+        extent = route.only_pinned(topic, extents(client_conf, topic))
         view = RouteOffsets(
             route, route_dir, extent, position, group, None, pending_move=False, topic=topic
         )

@@ -11,13 +11,13 @@ ends where the query must start; docs/operations.md says why this is safe.
 from __future__ import annotations
 
 import json
-import os
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from siding.errors import OffsetsError
+from siding.pipeline.offline.storage import Place, place
 
 VERSION = "v1"
 # A commit entry for a query that never committed: what Spark writes without watermarks.
@@ -88,9 +88,7 @@ def hadoop_crc(data: bytes) -> bytes:
     return b"crc\x00" + struct.pack(">i", _CRC_CHUNK) + crcs
 
 
-def _batches(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
+def _batches(folder: Place) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
 
@@ -106,9 +104,10 @@ class Position:
     next_batch: int
 
 
-def read_position(query: Path) -> Position | None:
+def read_position(query: Place | Path) -> Position | None:
     """The position of the query checkpointed in ``query``; ``None`` when Spark has written no
     batch there yet (nothing to move: the query starts from its starting offsets)."""
+    query = place(query)
     offsets, commits = _batches(query / "offsets"), _batches(query / "commits")
     if not offsets:
         return None
@@ -122,22 +121,23 @@ def read_position(query: Path) -> Position | None:
         )
         return Position(batch, entry.offsets, pending, next_batch)
     initial = query / "sources" / "0" / "0"
-    if not initial.exists():
+    try:
+        data = initial.read_bytes()
+    except FileNotFoundError:
         raise OffsetsError(
             f"{query}: batch {offsets[0]} was never committed and {initial} is missing"
-        )
-    return Position(
-        -1, parse_initial_offsets(initial.read_bytes(), str(initial)), pending, next_batch
-    )
+        ) from None
+    return Position(-1, parse_initial_offsets(data, str(initial)), pending, next_batch)
 
 
-def _name(query: Path, batch: int) -> str:
+def _name(query: Place, batch: int) -> str:
     return str(query / "offsets" / str(batch))
 
 
-def latest_entry(query: Path) -> OffsetEntry:
+def latest_entry(query: Place | Path) -> OffsetEntry:
     """The newest ``offsets/<batch>`` (committed or not): its metadata is what a new entry
     carries (Spark restores a few SQL settings from it)."""
+    query = place(query)
     batches = _batches(query / "offsets")
     if not batches:
         raise OffsetsError(f"{query}: no Spark offsets to move")
@@ -145,8 +145,9 @@ def latest_entry(query: Path) -> OffsetEntry:
     return parse_offset_entry((query / "offsets" / str(latest)).read_text(), _name(query, latest))
 
 
-def latest_commit(query: Path) -> str:
+def latest_commit(query: Place | Path) -> str:
     """The newest ``commits/<batch>`` as Spark wrote it (a new commit entry copies it)."""
+    query = place(query)
     batches = _batches(query / "commits")
     if not batches:
         return FIRST_COMMIT
@@ -156,18 +157,19 @@ def latest_commit(query: Path) -> str:
     return text
 
 
-def write_log_file(folder: Path, batch: int, text: str) -> None:
-    """Write ``folder/<batch>`` and its checksum, each atomically (a file Spark can read whole
-    or not at all). Writing the same text again is harmless."""
-    folder.mkdir(parents=True, exist_ok=True)
+def write_log_file(folder: Place | Path, batch: int, text: str) -> None:
+    """Write ``folder/<batch>`` (and on local storage its checksum), each whole or not at all
+    (a file Spark can read whole or not at all). Writing the same text again is harmless.
+    Hadoop writes no checksum file on other storage; Spark does not expect one there."""
+    folder = place(folder)
     data = text.encode()
-    for name, content in ((str(batch), data), (f".{batch}.crc", hadoop_crc(data))):
-        temporary = folder / f".siding-{name}.tmp"
-        temporary.write_bytes(content)
-        os.replace(temporary, folder / name)
+    (folder / str(batch)).replace(data)
+    if folder.local is not None:
+        (folder / f".{batch}.crc").replace(hadoop_crc(data))
 
 
-def write_batch(query: Path, batch: int, offsets_text: str, commit_text: str) -> None:
+def write_batch(query: Place | Path, batch: int, offsets_text: str, commit_text: str) -> None:
     """Append batch ``batch``: its offsets, then its commit (Spark's own order)."""
+    query = place(query)
     write_log_file(query / "offsets", batch, offsets_text)
     write_log_file(query / "commits", batch, commit_text)

@@ -9,13 +9,12 @@ line (docs/operations.md, "Checkpoints").
 from __future__ import annotations
 
 import json
-import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from siding.errors import CheckpointError
+from siding.pipeline.offline import storage
+from siding.pipeline.offline.storage import Place, place
 
 OWNER_FILE = "siding-owner.json"
 
@@ -99,13 +98,8 @@ def judge(path: str, recorded: Owner | None, current: Owner, state: SparkState) 
 
 def local_dir(checkpoint_dir: str) -> Path | None:
     """Pure: ``checkpoint_dir`` as a local folder, or ``None`` for a URI of other storage
-    (``hdfs://``, ``s3a://``: siding reads owner files only on local or mounted storage)."""
-    if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", checkpoint_dir):
-        return Path(checkpoint_dir)
-    uri = urlparse(checkpoint_dir)
-    if uri.scheme == "file" and uri.netloc in ("", "localhost"):
-        return Path(unquote(uri.path))
-    return None
+    (``hdfs://``, ``s3a://``: read through Hadoop's FileSystem API)."""
+    return storage.local_path(checkpoint_dir)
 
 
 def topics_in_offset_log(text: str) -> frozenset[str]:
@@ -122,26 +116,27 @@ def topics_in_offset_log(text: str) -> frozenset[str]:
     return frozenset(topics)
 
 
-def _latest_batch(offsets: Path) -> Path | None:
-    batches = [p for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+def _latest_batch(offsets: Place) -> Place | None:
+    batches = [p for p in offsets.iterdir() if p.name.isdigit()]
     return max(batches, key=lambda p: int(p.name), default=None)
 
 
-def read_spark_state(route_dir: Path, main: str) -> SparkState:
+def read_spark_state(route_dir: Place | Path, main: str) -> SparkState:
     """The Spark side of ``route_dir``: offsets of any query, and the topics of ``main``'s."""
-    queries = [d for d in route_dir.iterdir() if d.is_dir()] if route_dir.is_dir() else []
+    route_dir = place(route_dir)
+    queries = route_dir.folders()
     has_offsets = any(_latest_batch(d / "offsets") is not None for d in queries)
     latest = _latest_batch(route_dir / main / "offsets")
     topics = topics_in_offset_log(latest.read_text()) if latest is not None else frozenset()
     return SparkState(has_offsets, topics)
 
 
-def read_owner(route_dir: Path) -> Owner | None:
-    path = route_dir / OWNER_FILE
-    if not path.exists():
-        return None
+def read_owner(route_dir: Place | Path) -> Owner | None:
+    path = place(route_dir) / OWNER_FILE
     try:
         return Owner.from_json(path.read_text())
+    except FileNotFoundError:
+        return None
     except (ValueError, KeyError) as exc:
         ways_out = _ways_out(str(route_dir))
         raise CheckpointError(
@@ -149,7 +144,7 @@ def read_owner(route_dir: Path) -> Owner | None:
         ) from exc
 
 
-def check(route_dir: Path, current: Owner, main: str) -> Judgement:
+def check(route_dir: Place | Path, current: Owner, main: str) -> Judgement:
     """Raise ``CheckpointError`` when ``route_dir`` belongs to another route, topic or
     cluster; otherwise say whether ``claim`` must record ``current``."""
     verdict = judge(
@@ -160,9 +155,6 @@ def check(route_dir: Path, current: Owner, main: str) -> Judgement:
     return verdict
 
 
-def claim(route_dir: Path, current: Owner) -> None:
-    """Record ``current`` as the checkpoint's owner (atomically)."""
-    route_dir.mkdir(parents=True, exist_ok=True)
-    temporary = route_dir / f".{OWNER_FILE}.tmp"
-    temporary.write_text(current.to_json())
-    os.replace(temporary, route_dir / OWNER_FILE)
+def claim(route_dir: Place | Path, current: Owner) -> None:
+    """Record ``current`` as the checkpoint's owner (whole or not at all)."""
+    (place(route_dir) / OWNER_FILE).replace(current.to_json())

@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -35,6 +36,7 @@ import java.util.logging.Logger;
  */
 public final class WebhookServer implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(WebhookServer.class.getName());
+  private static final Set<String> DELIVERY_METHODS = Set.of("POST", "PUT", "PATCH");
 
   /** Requests answered so far: one-delivery requests, batches and the deliveries in them. */
   public record Stats(long single, long batches, long batchDeliveries) {}
@@ -210,14 +212,27 @@ public final class WebhookServer implements AutoCloseable {
     if (method.equals("OPTIONS")) {
       return new Envelope.HttpAnswer(204, Map.of(), "");
     }
-    if (!method.equals("POST")) {
-      return plain(405, "siding deliveries are POSTed");
+    // A route may send with POST, PUT or PATCH ([route.http] method), to any path.
+    if (!DELIVERY_METHODS.contains(method)) {
+      return plain(405, "siding deliveries are POSTed, PUT or PATCHed");
     }
     byte[] body = read(exchange.getRequestBody(), maxBodyBytes);
     if (body == null) {
       return plain(413, "request body over " + maxBodyBytes + " bytes");
     }
-    Map<String, List<String>> headers = exchange.getRequestHeaders();
+    com.sun.net.httpserver.Headers headers = exchange.getRequestHeaders();
+    String encoding = headers.getFirst("content-encoding");
+    try {
+      body = BodyEncoding.decode(encoding, body, maxBodyBytes);
+    } catch (BodyEncoding.BodyEncodingException e) {
+      return plain(e.status(), e.getMessage());
+    }
+    if (encoding != null) { // the handler sees the decoded body (the request's headers are read-only)
+      com.sun.net.httpserver.Headers decoded = new com.sun.net.httpserver.Headers();
+      decoded.putAll(headers);
+      decoded.remove("content-encoding");
+      headers = decoded;
+    }
     if (verifier != null) {
       try {
         verifier.verify(headers, body);

@@ -75,6 +75,42 @@ class WebhookServerTest {
     return http.send(request.build(), HttpResponse.BodyHandlers.ofString());
   }
 
+  static byte[] gzip(byte[] data) throws IOException {
+    var out = new java.io.ByteArrayOutputStream();
+    try (var zip = new java.util.zip.GZIPOutputStream(out)) {
+      zip.write(data);
+    }
+    return out.toByteArray();
+  }
+
+  @Test
+  void decodesAGzipBodyVerifiesWhatItDecodedAndHandsItOver() throws Exception {
+    byte[] value = "{\"sku\": \"SKU-1\", \"qty\": 1} ".repeat(30).getBytes(StandardCharsets.UTF_8);
+    var headers = sidingHeaders("orders/0/30", value); // signed before compressing, as siding does
+    headers.put("content-encoding", "gzip");
+    var r = send("POST", headers, gzip(value));
+    assertEquals(204, r.statusCode(), r.body());
+    Delivery d = seen.get(seen.size() - 1);
+    assertArrayEquals(value, d.value());
+    assertTrue(d.headers().stream().noneMatch(h -> h.key().equalsIgnoreCase("content-encoding")));
+  }
+
+  @Test
+  void refusesABodyItCannotDecodeWithoutCallingTheHandler() throws Exception {
+    record Case(String encoding, byte[] body, int status) {}
+    var cases = List.of(
+        new Case("br", new byte[] {1}, 415),
+        new Case("gzip", "not gzip".getBytes(StandardCharsets.UTF_8), 400),
+        new Case("gzip", java.util.Arrays.copyOf(gzip(new byte[512]), 12), 400),
+        new Case("gzip", gzip(new byte[4096]), 413));
+    for (Case c : cases) {
+      var headers = sidingHeaders("orders/0/31", new byte[0]);
+      headers.put("content-encoding", c.encoding());
+      assertEquals(c.status(), send("POST", headers, c.body()).statusCode(), c.encoding());
+    }
+    assertTrue(seen.isEmpty());
+  }
+
   @Test
   void verifiesAndAcksADeliveryItsBytesExact() throws Exception {
     byte[] body = {0, 1, 2, (byte) 253, (byte) 254, (byte) 255};
@@ -83,6 +119,20 @@ class WebhookServerTest {
     Delivery d = seen.get(seen.size() - 1);
     assertEquals("orders/0/5", d.id());
     assertArrayEquals(body, d.value());
+  }
+
+  @Test
+  void answersARouteThatPutsOrPatchesToAPathWithTheKeyAnd405ToGet() throws Exception {
+    byte[] body = "dead".getBytes(StandardCharsets.UTF_8);
+    for (String method : List.of("PUT", "PATCH")) {
+      var request = HttpRequest.newBuilder(URI.create(server.url() + "orders/dead"))
+          .timeout(Duration.ofSeconds(10))
+          .method(method, HttpRequest.BodyPublishers.ofByteArray(body));
+      sidingHeaders("orders/0/30", body).forEach(request::header);
+      assertEquals(422, http.send(request.build(), HttpResponse.BodyHandlers.ofString()).statusCode());
+    }
+    var get = HttpRequest.newBuilder(URI.create(server.url() + "orders/dead")).GET();
+    assertEquals(405, http.send(get.build(), HttpResponse.BodyHandlers.ofString()).statusCode());
   }
 
   @Test
