@@ -70,7 +70,7 @@ def route_out(
     route = plan.route.name
     for item in settled:
         delivery = item.work.delivery
-        before = hops.get(delivery.id, ())
+        before = (*hops.get(delivery.id, ()), *item.work.hops)
         match item.step:
             case Done(outputs=outputs):
                 # Written with the lane records, acknowledged before the task returns (outputs.md).
@@ -141,17 +141,11 @@ def retry_topic(plan: TaskPlan, delivery: Delivery) -> Callable[[int], str]:
     return lambda _lane: plan.hold_topic
 
 
-def waiting_in_hold(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Incoming]:
-    """Main lane, key mode: retried records read back from the hold topic whose lane delay has
-    not passed yet; they are written back unchanged, and the key state keeps their keys blocked."""
-    if plan.lane != 0:
-        return []
-    return [i for i in items if not i.malformed and i.not_before_ms > now_ms]
-
-
 def slice_work(plan: TaskPlan, items: Sequence[Incoming], skip: set[str]) -> list[Work]:
     """The items to dispatch; a retried record in the main lane's loop keeps its lane's
-    deadline."""
+    deadline and its not-before time: the window delivers it if it falls due while the batch
+    runs, else writes it back unchanged (``Resent``), its key still blocked
+    (``siding.dispatch.inbatch``)."""
     lanes = plan.settings.lanes
     return [
         Work(
@@ -230,7 +224,7 @@ def run_slice(
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname(), skipped=progress.skipped)
     now_ms = int(time.time() * 1000)
-    later = not_due(plan, items, now_ms) + waiting_in_hold(plan, items, now_ms)
+    later = not_due(plan, items, now_ms)
     work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
