@@ -17,7 +17,16 @@ from siding.config.models import (
     RouteConfig,
     SidingConfig,
 )
-from siding.config.sections import ControlConfig, FenceConfig, KafkaConfig, SparkConfig
+from siding.config.sections import (
+    DEFAULT_CLUSTER,
+    ClusterConfig,
+    ControlConfig,
+    FenceConfig,
+    KafkaConfig,
+    Role,
+    SparkConfig,
+    cluster_name,
+)
 from siding.config.values import (
     format_duration,
     interpolate,
@@ -32,6 +41,10 @@ from siding.naming import (
 )
 
 __all__ = [
+    "DEFAULT_CLUSTER",
+    "ClusterConfig",
+    "Role",
+    "cluster_name",
     "MAX_LANES",
     "MAX_LANE_ATTEMPTS",
     "ROUTE_NAME_MAX",

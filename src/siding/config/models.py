@@ -20,6 +20,7 @@ from siding.config.sections import (
     FenceConfig,
     KafkaConfig,
     SparkConfig,
+    cluster_name,
     fence_on,
 )
 from siding.config.url_template import UrlTemplate, parse_url_template
@@ -280,6 +281,10 @@ class RouteConfig(BaseModel):
     # Consumer instances that join at runtime (docs/registration.md).
     registration_token: SecretStr | None = None
     lease: PositiveDuration = DEFAULT_LEASE_S
+    # The Kafka cluster the route reads (a [kafka.clusters.<name>]; None: [kafka]), and the one
+    # its lanes, DLQ, state topics and outputs are on (None: the one it reads): cluster_name.
+    cluster: str | None = None
+    write_cluster: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -421,6 +426,13 @@ class RouteConfig(BaseModel):
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         if "compress_above" in self.model_fields_set and self.compression == "none":
             raise Problem(("compress_above",), "only applies with compression = 'gzip'")
+        source, write = cluster_name(self, "source"), cluster_name(self, "write")
+        if self.ordering is Ordering.KEY and source != write:
+            raise Problem(
+                ("write_cluster",),
+                f"ordering = 'key' keeps held records in a topic the main lane reads beside the"
+                f" source, so on the source's cluster ({source!r}): leave write_cluster out",
+            )
         if not self.endpoint:
             return self  # every endpoint joins at runtime: each is checked when it joins
         first = self.endpoint[0]
@@ -554,7 +566,7 @@ class RouteConfig(BaseModel):
 def shares_source(one: RouteConfig, two: RouteConfig) -> bool:
     """Pure: whether two routes would commit the same group's offsets of a topic: the same
     group, and a topic one names that the other reads (or the same pattern)."""
-    if one.group != two.group:
+    if one.group != two.group or cluster_name(one, "source") != cluster_name(two, "source"):
         return False
     if one.topic_pattern is not None and one.topic_pattern == two.topic_pattern:
         return True
@@ -590,6 +602,14 @@ class SidingConfig(BaseModel):
                     "required key is missing (consumer instances could join the route only"
                     " through the control API, which [control] listen turns off)",
                 )
+            for key in ("cluster", "write_cluster"):
+                name = getattr(route, key)
+                if name is not None and name not in self.kafka.names:
+                    raise Problem(
+                        ("route", i, key),
+                        f"no cluster named {name!r}: define [kafka.clusters.{name}]"
+                        f" (clusters: {', '.join(self.kafka.names)})",
+                    )
             if any(shares_source(other, route) for other in self.route[:i]):
                 raise Problem(("route", i, "group"), "another route has the same topic and group")
             # Kafka refuses topic names that differ only in '.' versus '_' (metric names collide).
@@ -627,5 +647,9 @@ class SidingConfig(BaseModel):
         kafka = data["kafka"]
         data["kafka"] = {"bootstrap": self.kafka.bootstrap, **kafka["client"]}
         data["kafka"].update({t: kafka[t] for t in ("librdkafka", "java") if kafka[t]})
+        for name, cluster in kafka.get("clusters", {}).items():
+            shown = {"bootstrap": cluster["bootstrap"], **cluster["client"]}
+            shown.update({t: cluster[t] for t in ("librdkafka", "java") if cluster[t]})
+            data["kafka"].setdefault("clusters", {})[name] = shown
         data["route"] = [route.redacted() for route in self.route]
         return data
