@@ -27,13 +27,17 @@ class Prepared:
     present: Mapping[str, int]
 
 
-def prepare(admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:
+def prepare(
+    admin: Any, route: RouteConfig, *, fenced: bool = False, write_admin: Any = None
+) -> Prepared:
     """Check the route's sources and outputs, and create the topics it writes (its fence's
-    too when ``fenced``: ``[fence]``)."""
+    too when ``fenced``: ``[fence]``). ``admin``: the cluster the route reads; ``write_admin``:
+    the one it writes to, when that is another (``siding.config.cluster_name``)."""
     present = existing_topics(admin)
     sources = check_sources(route, present)
     # Lanes, the DLQ and the park topic hold the records of every source topic.
     partitions = max(present[t] for t in sources)
+    written = present if write_admin is None else existing_topics(write_admin)
     owned = naming.topics_of(route)
     wanted = [*owned.lanes, owned.dlq, owned.state(naming.KEYS)]
     if route.progress_interval > 0:
@@ -41,17 +45,18 @@ def prepare(admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared
     wanted.append(owned.state(naming.LIVE))
     if fenced:
         wanted.append(owned.state(naming.FENCE))
-    if held_topics(route, present):
+    if held_topics(route, written):
         wanted.append(owned.hold)
-    if route.parks or owned.park.name in present:
+    if route.parks or owned.park.name in written:
         wanted += [owned.park, owned.state(naming.SETTLED)]
-    if missing := [t for t in route.outputs if t not in present]:
+    if missing := [t for t in route.outputs if t not in written]:
         raise RouteFailed(
             f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
             " (siding does not create output topics: docs/outputs.md)"
         )
-    ensure_topics(admin, topic_specs(wanted, partitions, carried(admin, sources)))
-    return Prepared(sources, partitions, present)
+    carry = carried(admin, sources)
+    ensure_topics(write_admin or admin, topic_specs(wanted, partitions, carry))
+    return Prepared(sources, partitions, {**written, **present})
 
 
 def carried(admin: Any, sources: Iterable[str]) -> dict[str, str]:
