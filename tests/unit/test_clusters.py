@@ -92,7 +92,7 @@ def test_cluster_for_gives_each_cluster_its_own_settings_for_both_clients() -> N
             'kafka.clusters.two."group.id"',
             "consumer groups are set per route",
         ),
-        ('[kafka.clusters.two]\n"client.id" = "x"\n', "", "kafka.clusters.two.bootstrap", "missing"),
+        ("[kafka.clusters.two]\nx = 1\n", "", "kafka.clusters.two.bootstrap", "missing"),
         ('[kafka.clusters.two]\nbootstrap = ""\n', "", "kafka.clusters.two.bootstrap", "empty"),
         ('[kafka.clusters.default]\nbootstrap = "t:1"\n', "", "kafka.clusters.default", "[kafka]"),
         ('[kafka.clusters."a b"]\nbootstrap = "t:1"\n', "", 'kafka.clusters."a b"', "letters"),
