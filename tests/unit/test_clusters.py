@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from siding import naming
-from siding.config import DEFAULT_CLUSTER, RouteConfig, SidingConfig, cluster_name, parse_config
+from siding.config import (
+    DEFAULT_CLUSTER,
+    RouteConfig,
+    SidingConfig,
+    cluster_name,
+    parse_config,
+    parse_route,
+)
 from siding.control.kafka_view import KafkaView, route_topics
 from siding.errors import ConfigError
 from siding.kafka.admin import TopicSpec
@@ -246,3 +253,13 @@ def test_the_console_reads_lag_where_the_source_is_and_lanes_where_they_are() ->
     )
     assert view.conf_of(watched.cluster)["bootstrap.servers"] == "one:9092"
     assert view.conf_of(watched.write_cluster)["bootstrap.servers"] == "two:9093"
+
+
+def test_a_route_made_through_the_api_may_name_the_configured_clusters_only() -> None:
+    table = {"topic": "orders", "group": "g", "endpoint": "grpc://c:1", "write_cluster": "two"}
+    route = parse_route(table, clusters=("default", "two"))
+    assert cluster_name(route, "write") == "two"
+    with pytest.raises(ConfigError) as error:
+        parse_route(table, clusters=("default",))
+    assert error.value.key.endswith("].write_cluster")
+    assert "no cluster named 'two'" in str(error.value)
