@@ -163,9 +163,9 @@ cluster = "two"
         route_a, route_b = config.route
         lane_a, dlq_a = naming.lane_topic(name_a, 1), naming.route_dlq(route_a)
         siding = Running(config, spark=spark)
-        siding.start()
-        threading.Thread(target=siding.run_here, daemon=True).start()
         try:
+            siding.start()
+            threading.Thread(target=siding.run_here, daemon=True).start()
 
             def settled() -> bool:
                 a = committed_offsets(one, route_a.group, source_a).get(0, 0) == len(VALUES)
