@@ -153,6 +153,9 @@ class FakeAdmin:
         self.present = dict(present)
         self.created: list[str] = []
 
+    def __len__(self) -> int:  # as confluent_kafka's AdminClient: falsy with nothing queued
+        return 0
+
 
 def _prepare_on(
     monkeypatch: pytest.MonkeyPatch, route: RouteConfig, read: FakeAdmin, write: FakeAdmin | None

@@ -423,7 +423,8 @@ class RegistryService:
         for cluster in sorted({cluster_name(r, "write") for r in routes}):
             conf = self._kafka.cluster(cluster).client_config()
             on = admin if admin is not None and cluster == DEFAULT_CLUSTER else None
-            on = on or admin_client({k: str(v) for k, v in conf.items()})
+            if on is None:  # not ``or``: an AdminClient with nothing queued is falsy
+                on = admin_client({k: str(v) for k, v in conf.items()})
             audits = [
                 naming.topics_of(r).state(naming.AUDIT)
                 for r in routes

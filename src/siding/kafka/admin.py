@@ -117,14 +117,6 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: flo
             if exc.args and getattr(exc.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
                 continue
             raise KafkaAdminError(f"cannot create topic {name}: {exc}") from exc
-    # A broker answers CreateTopics before its own metadata lists the topics (KRaft applies
-    # them a moment later): a reader started at once would find no such topic. Wait for them.
-    names = {spec.name for spec in missing}
-    deadline = time.monotonic() + timeout_s
-    while names - set(existing_topics(admin)):
-        if time.monotonic() > deadline:
-            raise KafkaAdminError(f"created topics not listed yet: {', '.join(sorted(names))}")
-        time.sleep(0.05)
 
 
 def delete_topics(admin: AdminClient, names: Iterable[str], timeout_s: float = 30.0) -> None:

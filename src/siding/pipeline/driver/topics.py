@@ -55,7 +55,9 @@ def prepare(
             " (siding does not create output topics: docs/outputs.md)"
         )
     carry = carried(admin, sources)
-    ensure_topics(write_admin or admin, topic_specs(wanted, partitions, carry))
+    # Not ``write_admin or admin``: an AdminClient has a length (its queue), so 0 is falsy.
+    target = admin if write_admin is None else write_admin
+    ensure_topics(target, topic_specs(wanted, partitions, carry))
     return Prepared(sources, partitions, {**written, **present})
 
 
