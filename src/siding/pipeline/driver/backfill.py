@@ -248,6 +248,8 @@ def run_backfill(
             route=delivering,
             lane=0,
             client_conf=client_conf,
+            # Consumer instances that joined the route are in the registry, on [kafka].
+            registry_conf=config.kafka.client_config(),
             waits=KeyWaits(naming.state_topic(route.name, naming.KEYS)),
             state_producer=producer,
             stop=stop or threading.Event(),

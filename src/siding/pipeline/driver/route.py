@@ -111,7 +111,10 @@ class RouteRuntime:
         self._tails: list[TopicTail] = []
         self.pager: DlqPager | None = None
         self.fence: RouteFence | None = None
-        self.pin_claims = PinClaims(config.kafka.client_config(), route, driver or driver_id())
+        # Pins claim partitions of the source's group: on the cluster the route reads, where
+        # every route of that group (and only those) meets them.
+        source_conf = config.kafka.cluster(self.source_cluster).client_config()
+        self.pin_claims = PinClaims(source_conf, route, driver or driver_id())
         if config.fenced:
             self.fence = RouteFence(
                 self.write_conf, route.name, config.fence, driver, self._fence_lost
@@ -179,7 +182,7 @@ class RouteRuntime:
         """Refuse to overlap the pins of routes running in other siding processes; claim the
         route's own (``pin_claims``; a standby, after it took the fence)."""
         assert self._prepared is not None
-        self.pin_claims.open(self._prepared.present)
+        self.pin_claims.open(self._prepared.on_source)
 
     def _record_owner(self) -> None:
         if self._claim is not None:

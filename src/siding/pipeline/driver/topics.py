@@ -21,11 +21,18 @@ class RouteFailed(RouteStopped):
 @dataclass(frozen=True)
 class Prepared:
     """What a route's start found: its sources, the partitions its lanes have, and the
-    partitions of every topic present then."""
+    partitions of every topic present then (on both of its clusters, and on the one it
+    reads: ``read``; the same when it writes where it reads)."""
 
     sources: tuple[str, ...]
     partitions: int
     present: Mapping[str, int]
+    read: Mapping[str, int] | None = None
+
+    @property
+    def on_source(self) -> Mapping[str, int]:
+        """The topics present on the cluster the route reads."""
+        return self.present if self.read is None else self.read
 
 
 def prepare(
@@ -59,7 +66,9 @@ def prepare(
     # Not ``write_admin or admin``: an AdminClient has a length (its queue), so 0 is falsy.
     target = admin if write_admin is None else write_admin
     ensure_topics(target, topic_specs(wanted, partitions, carry))
-    return Prepared(sources, partitions, {**written, **present})
+    if write_admin is None:
+        return Prepared(sources, partitions, present)
+    return Prepared(sources, partitions, {**written, **present}, read=present)
 
 
 def carried(admin: Any, sources: Iterable[str]) -> dict[str, str]:
