@@ -4,6 +4,7 @@ route's two clusters, and which cluster each client of a route's topics talks to
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,9 +22,13 @@ from siding.config import (
 from siding.control.kafka_view import KafkaView, route_topics
 from siding.errors import ConfigError
 from siding.kafka.admin import TopicSpec
-from siding.pipeline.driver import commits, topics
+from siding.pipeline.driver import commits, pin_claims, topics
+from siding.pipeline.driver.batch import BatchSink
 from siding.pipeline.driver.clusters import Admins
 from siding.pipeline.driver.commits import CommitTarget, make_listener
+from siding.pipeline.driver.controls import RouteControls
+from siding.pipeline.driver.drain import Drain
+from siding.pipeline.driver.route import RouteRuntime
 
 KAFKA = """
 [kafka]
@@ -183,10 +188,57 @@ def test_a_route_start_checks_its_sources_on_one_cluster_and_creates_its_topics_
     assert naming.route_dlq(route) in two.created
     assert all(t.startswith(naming.route_prefix(route.name)) for t in two.created)
     assert (prepared.sources, prepared.partitions) == (("orders",), 3)
+    # And it knows which topics are on the cluster it reads (pin claims are read there)
+    assert prepared.on_source == {"orders": 3}
+    assert set(prepared.present) == {"orders", "events"}
     # And an output topic that exists only on the source's cluster is missing
     one.present["events"], two.present = 1, {}
     with pytest.raises(topics.RouteFailed, match="output topic"):
         _prepare_on(monkeypatch, route, one, two)
+
+
+def test_a_pinned_route_claims_its_partitions_on_the_cluster_it_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a route pinned to partition 0 of a topic on cluster two, writing to cluster three
+    loaded = config('cluster = "two"\nwrite_cluster = "three"\npartitions = [0]')
+    seen: set[str] = set()
+
+    class Producer:
+        def __init__(self, conf: Mapping[str, object]) -> None:
+            seen.add(f"write {conf['bootstrap.servers']}")
+
+        def write(self, _records: object) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+    def read(conf: Mapping[str, object], _topic: str) -> list[tuple[bytes, bytes | None]]:
+        seen.add(f"read {conf['bootstrap.servers']}")
+        return []
+
+    def ensure(admin: str, _specs: object) -> None:
+        seen.add(f"create {admin}")
+
+    monkeypatch.setattr(pin_claims, "admin_client", lambda conf: conf["bootstrap.servers"])
+    monkeypatch.setattr(pin_claims, "ensure_topics", ensure)
+    monkeypatch.setattr(pin_claims, "read_to_end", read)
+    monkeypatch.setattr(pin_claims, "DurableProducer", Producer)
+    runtime = RouteRuntime(
+        loaded.route[0],
+        loaded,
+        Admins(loaded.kafka, make=lambda _conf: None),
+        sink=BatchSink(),
+        stop=threading.Event(),
+        controls=RouteControls(),
+        drain=Drain(),
+    )
+    # When it claims its pins and gives them back
+    runtime.pin_claims.open({"orders": 1})
+    runtime.pin_claims.close()
+    # Then siding.pins is made, read and written on cluster two, where its group's offsets are
+    assert seen == {"create two:9093", "read two:9093", "write two:9093"}
 
 
 def test_admins_make_one_client_per_cluster_with_its_own_settings() -> None:
