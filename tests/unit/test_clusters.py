@@ -143,6 +143,26 @@ def test_the_same_topic_and_group_on_two_clusters_are_two_routes() -> None:
         parse_config(KAFKA + ROUTE + other, env={})
 
 
+def test_each_clusters_secrets_come_from_its_own_environment_variables() -> None:
+    # Given two clusters whose passwords are given as ${VAR}
+    kafka = (
+        '[kafka]\nbootstrap = "one:1"\nsasl.mechanism = "PLAIN"\nsasl.username = "a"\n'
+        'sasl.password = "${ONE_PW}"\n[kafka.clusters.two]\nbootstrap = "two:2"\n'
+        'sasl.mechanism = "PLAIN"\nsasl.username = "b"\nsasl.password = "${TWO_PW}"\n'
+    )
+    # When the file is read with both set
+    loaded = parse_config(kafka + ROUTE, env={"ONE_PW": "s1", "TWO_PW": "s2"})
+    # Then each cluster's clients get their own
+    assert loaded.kafka.client_config()["sasl.password"] == "s1"
+    assert loaded.kafka.cluster("two").client_config()["sasl.password"] == "s2"
+    assert "s2" not in json.dumps(loaded.redacted_dict(), default=str)
+    # And an unset one is an error naming the cluster's key
+    with pytest.raises(ConfigError) as error:
+        parse_config(kafka + ROUTE, env={"ONE_PW": "s1"})
+    assert error.value.key == "kafka.clusters.two.sasl.password"
+    assert "TWO_PW is not set" in str(error.value)
+
+
 def test_check_config_shows_the_clusters_secrets_masked_and_notes_name_their_table() -> None:
     kafka = KAFKA + '[kafka.clusters.three.java]\n"no.such.setting" = 1\n'
     loaded = config(kafka=kafka)
