@@ -104,6 +104,12 @@ def test_cluster_for_gives_each_cluster_its_own_settings_for_both_clients() -> N
             'kafka.clusters.two."group.id"',
             "consumer groups are set per route",
         ),
+        (
+            '[kafka.clusters.two]\nbootstrap = "t:1"\nsasl.username = "u"\nsasl.password = "p"\n',
+            "",
+            'kafka.clusters.two."sasl.username"',
+            "give sasl.jaas.config in [kafka.clusters.two.java]",
+        ),
         ("[kafka.clusters.two]\nx = 1\n", "", "kafka.clusters.two.bootstrap", "missing"),
         ('[kafka.clusters.two]\nbootstrap = ""\n', "", "kafka.clusters.two.bootstrap", "empty"),
         ('[kafka.clusters.default]\nbootstrap = "t:1"\n', "", "kafka.clusters.default", "[kafka]"),

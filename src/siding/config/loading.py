@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from siding.config.fields import Problem
 from siding.config.models import SECRET_FILE_KEYS, RouteConfig, SidingConfig
-from siding.config.sections import DEFAULT_CHECKPOINT_DIR, DEFAULT_CLUSTER
+from siding.config.sections import DEFAULT_CHECKPOINT_DIR, DEFAULT_CLUSTER, in_cluster
 from siding.config.values import interpolate
 from siding.errors import ConfigError
 from siding.naming import is_safe_route_name
@@ -214,6 +214,8 @@ def _translate(exc: ValidationError, raw: Mapping[str, Any]) -> ConfigError:
         message = "write each route as a [[route]] table"
     else:
         message = _plain(first["type"], first.get("ctx") or {}) or first["msg"]
+    if loc[:2] == ("kafka", "clusters") and len(loc) > 2:
+        message = in_cluster(message, str(loc[2]))
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return ConfigError(_key(_as_written(loc, raw), raw), message)

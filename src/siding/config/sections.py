@@ -214,13 +214,23 @@ class KafkaConfig(ClusterConfig):
         notes = list(self._clients.notes)
         for name, cluster in sorted(self.clusters.items()):
             notes += [
-                Note(n.key.replace("kafka.", f"kafka.clusters.{name}.", 1), n.message)
+                Note(
+                    n.key.replace("kafka.", f"kafka.clusters.{name}.", 1),
+                    in_cluster(n.message, name),
+                )
                 for n in cluster.notes
             ]
         return tuple(notes)
 
 
 Role = Literal["source", "write"]
+
+
+def in_cluster(message: str, name: str) -> str:
+    """Pure: a message about ``[kafka]``'s client tables said of ``[kafka.clusters.<name>]``."""
+    for table in ("librdkafka", "java"):
+        message = message.replace(f"[kafka.{table}]", f"[kafka.clusters.{name}.{table}]")
+    return message
 
 
 class Routed(Protocol):
