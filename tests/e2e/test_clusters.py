@@ -22,6 +22,9 @@ from siding.control.runner import SidingRun
 from siding.devkit.broker import EmbeddedKafka, free_port
 from siding.devkit.sim_produce import new_producer
 from siding.devkit.wait import wait_until
+from siding.dlq.filters import LetterFilter
+from siding.dlq.list import list_letters
+from siding.dlq.read import open_scope
 from siding.errors import SidingError
 from siding.kafka.admin import (
     TopicSpec,
@@ -31,6 +34,7 @@ from siding.kafka.admin import (
     existing_topics,
 )
 from siding.kafka.reader import read_records
+from siding.pipeline.offline import moves
 from siding.routing import story
 from siding_consumer import ConsumerServer, Delivery, Reply, ack, dead, retry
 from tests.conftest import unavailable
@@ -200,6 +204,13 @@ cluster = "two"
     # And the source group's offsets are on cluster one only (A's source is not on two)
     assert source_a not in on_two
     assert committed_offsets(one, route_a.group, source_a) == {0: len(VALUES)}
+    # And the offline tools look where the route's topics are: its offsets on one, its DLQ on two
+    view = moves.look(config, route_a)
+    assert {p: c.offset for p, c in view.group.items()} == {0: len(VALUES)}
+    assert view.extents == {0: (0, len(VALUES))}
+    scope = open_scope(config, name_a)
+    assert scope.client_conf["bootstrap.servers"] == second.bootstrap
+    assert [r.value_head for r in list_letters(spark, scope, LetterFilter(), None)] == [b"pill"]
     # And the consumer was asked for "again" twice (RETRY, then ACK from the lane), B's records once
     calls = consumer.calls
     assert sorted(a for t, v, a in calls if v == b"again") == [1, 2]
