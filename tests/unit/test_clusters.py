@@ -214,8 +214,9 @@ def test_a_route_start_checks_its_sources_on_one_cluster_and_creates_its_topics_
     assert naming.route_dlq(route) in two.created
     assert all(t.startswith(naming.route_prefix(route.name)) for t in two.created)
     assert (prepared.sources, prepared.partitions) == (("orders",), 3)
-    # And it knows which topics are on the cluster it reads (pin claims are read there)
+    # And it knows which topics are on each cluster (pin claims are read on the source's)
     assert prepared.on_source == {"orders": 3}
+    assert prepared.on_write == {"events": 1}
     assert set(prepared.present) == {"orders", "events"}
     # And an output topic that exists only on the source's cluster is missing
     one.present["events"], two.present = 1, {}

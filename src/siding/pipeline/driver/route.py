@@ -361,7 +361,7 @@ class RouteRuntime:
             route,
             reads,
             partitions=self.partitions,
-            known=self._prepared.present,
+            known=self._prepared.on_source if role == "source" else self._prepared.on_write,
             checkpoint=checkpoint,
             lane=lane if starting_lane is None else starting_lane,
         )

@@ -21,18 +21,24 @@ class RouteFailed(RouteStopped):
 @dataclass(frozen=True)
 class Prepared:
     """What a route's start found: its sources, the partitions its lanes have, and the
-    partitions of every topic present then (on both of its clusters, and on the one it
-    reads: ``read``; the same when it writes where it reads)."""
+    partitions of every topic present then (on either of its clusters; ``read`` and
+    ``written``: on each, when the route writes to another cluster than it reads)."""
 
     sources: tuple[str, ...]
     partitions: int
     present: Mapping[str, int]
     read: Mapping[str, int] | None = None
+    written: Mapping[str, int] | None = None
 
     @property
     def on_source(self) -> Mapping[str, int]:
         """The topics present on the cluster the route reads."""
         return self.present if self.read is None else self.read
+
+    @property
+    def on_write(self) -> Mapping[str, int]:
+        """The topics present on the cluster the route writes to."""
+        return self.present if self.written is None else self.written
 
 
 def prepare(
@@ -68,7 +74,7 @@ def prepare(
     ensure_topics(target, topic_specs(wanted, partitions, carry))
     if write_admin is None:
         return Prepared(sources, partitions, present)
-    return Prepared(sources, partitions, {**written, **present}, read=present)
+    return Prepared(sources, partitions, {**written, **present}, read=present, written=written)
 
 
 def carried(admin: Any, sources: Iterable[str]) -> dict[str, str]:
