@@ -17,7 +17,16 @@ from siding.config.models import (
     RouteConfig,
     SidingConfig,
 )
-from siding.config.sections import ControlConfig, FenceConfig, KafkaConfig, SparkConfig
+from siding.config.sections import (
+    DEFAULT_CLUSTER,
+    ClusterConfig,
+    ControlConfig,
+    FenceConfig,
+    KafkaConfig,
+    Role,
+    SparkConfig,
+    cluster_name,
+)
 from siding.config.values import (
     format_duration,
     interpolate,
@@ -32,6 +41,7 @@ from siding.naming import (
 )
 
 __all__ = [
+    "DEFAULT_CLUSTER",
     "MAX_LANES",
     "MAX_LANE_ATTEMPTS",
     "ROUTE_NAME_MAX",
@@ -40,6 +50,7 @@ __all__ = [
     "AuthConfig",
     "BatchConfig",
     "BreakerConfig",
+    "ClusterConfig",
     "ControlConfig",
     "Duration",
     "Endpoint",
@@ -47,10 +58,12 @@ __all__ = [
     "KafkaConfig",
     "LaneConfig",
     "PositiveDuration",
+    "Role",
     "RouteConfig",
     "Setting",
     "SidingConfig",
     "SparkConfig",
+    "cluster_name",
     "format_duration",
     "interpolate",
     "is_legal_topic_name",

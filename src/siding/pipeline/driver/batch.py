@@ -106,6 +106,8 @@ class BatchHandler(ABC):
     lane: int
     client_conf: Mapping[str, object]
     stop: threading.Event
+    # The cluster of the registry topic ([kafka]), when the route writes to another; None: same.
+    registry_conf: Mapping[str, object] | None = None
     sink: BatchSink = field(default_factory=BatchSink)
     attempts: int = 3
     parallelism: int = 4
@@ -192,6 +194,7 @@ class BatchHandler(ABC):
             settlements=settlements,
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
             registry_topic=self.controls.registry_topic,
+            registry_conf=self.registry_conf,
             drain_file=drain_file,
             progress=progress,
             fence=self.fence(),

@@ -43,6 +43,8 @@ class TaskPlan:
     breaker_epoch: int = 0
     # Where consumer instances that join the route are registered ("": none join it).
     registry_topic: str = ""
+    # The settings of the registry topic's cluster ([kafka]); empty: ``client_conf``'s.
+    registry_conf: Mapping[str, object] = field(default_factory=dict)
     # A file that appears when a draining stop begins (siding.pipeline.driver.drain); "" for none.
     drain_file: str = ""
     # Where tasks record what they made durable, and what earlier attempts did (docs/replay.md).
@@ -112,6 +114,7 @@ def build_plan(
     settlements: Mapping[str, Settlement] | None = None,
     breaker_epoch: int = 0,
     registry_topic: str = "",
+    registry_conf: Mapping[str, object] | None = None,
     drain_file: str = "",
     progress: ProgressPlan | None = None,
     fence: FencePlan | None = None,
@@ -134,6 +137,7 @@ def build_plan(
         settlements=dict(settlements or {}),
         breaker_epoch=breaker_epoch,
         registry_topic=registry_topic if route.takes_registrations else "",
+        registry_conf=dict(registry_conf or {}),
         drain_file=drain_file,
         progress=progress,
         live_topic=naming.state_topic(route.name, naming.LIVE),

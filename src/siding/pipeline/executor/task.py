@@ -335,7 +335,7 @@ def deliver(
         transport, breaker, timer = rt.pool(
             route,
             registry_topic=plan.registry_topic,
-            client_conf=plan.client_conf,
+            client_conf=plan.registry_conf or plan.client_conf,
             breaker=settings.breaker,
             connections=route.max_in_flight,
             breaker_epoch=plan.breaker_epoch,
