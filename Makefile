@@ -134,7 +134,8 @@ demo: setup
 	$(VENV)/bin/siding demo
 
 # Two pytest workers, each with its own broker and Spark session, one test file per worker at a
-# time: most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
+# time, the longest files first (tests/schedule.py; xdist's own order would put the one-test
+# scenarios last): most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
 PYTEST_WORKERS ?= 2
 
 # Every test's time goes to build/test-results.xml (JUnit XML): where the suite's minutes go.
@@ -143,7 +144,8 @@ PYTEST_WORKERS ?= 2
 # done (the lint right after the venv), beside the other steps; then pytest.
 test:
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target setup-steps test-builds checks
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/test-results.xml tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --junitxml=build/test-results.xml tests
 
 checks: lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
 

@@ -20,7 +20,7 @@ from siding.kafka.admin import TopicSpec, admin_client, ensure_topics
 from siding.pipeline.driver.fence import RouteFence
 from siding.pipeline.executor import lease
 
-SETTINGS = FenceConfig(enabled=True, lease=3.0, renew=1.0)
+SETTINGS = FenceConfig.model_validate({"enabled": True, "lease": "3s", "renew": "1s"})
 DEAD = "dead-host:1:x"
 
 
