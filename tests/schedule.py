@@ -36,7 +36,10 @@ def file_seconds(junit_xml: str) -> dict[str, float]:
 
 
 def load_table() -> dict[str, float]:
-    return json.loads(TABLE.read_text()) if TABLE.exists() else {}
+    if not TABLE.exists():
+        return {}
+    table: dict[str, float] = json.loads(TABLE.read_text())
+    return table
 
 
 if __name__ == "__main__":
