@@ -26,11 +26,11 @@ setup:
 setup-steps: $(SETUP_STAMPS)
 
 # requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
-# it and siding itself are then installed editable.
-$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt pyproject.toml sdk/python/pyproject.toml
+# it and siding itself are then installed editable. The pinned packages come from a venv kept in
+# the user's cache, one per lock and Python, hard-linked into .venv (requirements/venv.sh).
+$(STAMPS)/venv: requirements/runtime.txt requirements/dev.txt requirements/venv.sh pyproject.toml sdk/python/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 or 3.12 (or run make PYTHON=/path/to/python3.12)"; exit 1; }
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	requirements/venv.sh $(PYTHON) $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./sdk/python -e .
 	@mkdir -p $(STAMPS) && touch $@
 
