@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -28,11 +27,12 @@ def longest_first(paths: Iterable[str], seconds: Mapping[str, float]) -> list[st
 
 def file_seconds(junit_xml: str) -> dict[str, float]:
     """Seconds per test file (setup, call and teardown of its tests) in a JUnit XML report."""
-    total: Counter[str] = Counter()
+    total: dict[str, float] = {}
     for case in ET.parse(junit_xml).iter("testcase"):
         path = case.get("classname", "").replace(".", "/") + ".py"
-        total[path] += float(case.get("time", "0"))
-    return {path: round(s) for path, s in total.most_common() if s >= LISTED_FROM_S}
+        total[path] = total.get(path, 0.0) + float(case.get("time", "0"))
+    ranked = sorted(total.items(), key=lambda item: -item[1])
+    return {path: round(s) for path, s in ranked if s >= LISTED_FROM_S}
 
 
 def load_table() -> dict[str, float]:
