@@ -4,7 +4,9 @@
 # installed once per lock and Python into the user's cache (1.2 GB, two minutes of pip on two
 # cores) and hard-linked into VENV (a copy where a link cannot be made): a fresh clone gets its
 # venv in seconds. The cached files are never written through VENV: what holds VENV's own path
-# (the scripts' first lines, the activate scripts, pyvenv.cfg) is replaced by a new file.
+# (the scripts' first lines, the activate scripts, pyvenv.cfg) is replaced by a new file. So do
+# not edit a package's file in place under VENV/lib (pip install, upgrade and uninstall are fine:
+# they write new files): it is the cache's file too.
 set -euo pipefail
 python=$1
 venv=$2
