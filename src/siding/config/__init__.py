@@ -18,6 +18,7 @@ from siding.config.models import (
     SidingConfig,
 )
 from siding.config.sections import ControlConfig, FenceConfig, KafkaConfig, SparkConfig
+from siding.config.tracing import TracingConfig
 from siding.config.values import (
     format_duration,
     interpolate,
@@ -51,6 +52,7 @@ __all__ = [
     "Setting",
     "SidingConfig",
     "SparkConfig",
+    "TracingConfig",
     "format_duration",
     "interpolate",
     "is_legal_topic_name",

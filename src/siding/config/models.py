@@ -22,6 +22,7 @@ from siding.config.sections import (
     SparkConfig,
     fence_on,
 )
+from siding.config.tracing import TracingConfig
 from siding.config.url_template import UrlTemplate, parse_url_template
 from siding.config.values import Scheme, check_webhook_secret, parse_endpoint_url
 from siding.errors import ConfigError
@@ -572,6 +573,7 @@ class SidingConfig(BaseModel):
     spark: SparkConfig = SparkConfig()
     control: ControlConfig = ControlConfig()
     fence: FenceConfig = FenceConfig()
+    tracing: TracingConfig = TracingConfig()
     route: tuple[RouteConfig, ...] = ()
 
     @model_validator(mode="after")
