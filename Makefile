@@ -12,7 +12,7 @@ GO_TOOLS := $(CURDIR)/.tools/go/bin
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/sdk-node $(STAMPS)/sdk-java
+setup: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/otelcol $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 # requirements/runtime.txt installs the thin consumer SDK from ./sdk/python; for development both
 # it and siding itself are then installed editable.
@@ -91,6 +91,14 @@ $(STAMPS)/s3proxy: jvm/s3proxy/pom.xml
 	rm -rf .tools/s3proxy
 	mvn -q -B -Dstyle.color=never -f jvm/s3proxy/pom.xml dependency:copy-dependencies \
 	  -DoutputDirectory=$(CURDIR)/.tools/s3proxy
+	@mkdir -p $(STAMPS) && touch $@
+
+# The OpenTelemetry Collector the tracing test exports to (Apache-2.0): built from the
+# collector's Go modules (OTLP receiver, contrib's file exporter; tests/otelcol) into
+# .tools/otelcol (docs/operations.md, "Tracing").
+$(STAMPS)/otelcol: tests/otelcol/go.mod tests/otelcol/go.sum tests/otelcol/main.go
+	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
+	cd tests/otelcol && $(GO) build -trimpath -o $(CURDIR)/.tools/otelcol/siding-otelcol .
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from siding.config.fields import Number
 
@@ -24,7 +24,7 @@ class TracingConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-    enabled: bool = False
+    enabled: StrictBool = False
     endpoint: str | None = None
     sample_ratio: Number | None = Field(default=None, ge=0.0, le=1.0)
     service_name: str | None = None
