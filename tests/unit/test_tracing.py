@@ -197,7 +197,7 @@ async def test_an_attempt_span_is_a_child_of_the_record_and_the_parent_of_the_ca
         seen_metadata.append(with_trace(()))
         return await original_send(d, deadline_s)
 
-    inner.send = send  # type: ignore[method-assign]
+    inner.send = send  # type: ignore[method-assign,assignment]
     traced = TracedTransport(inner, provider.get_tracer("t"), "billing", "g")
     outcome = await traced.send(delivery((("traceparent", PARENT.encode()),)), 5.0)
 
