@@ -7,6 +7,7 @@ import sys
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.span import format_trace_id
@@ -166,7 +167,7 @@ def test_sampling_is_parent_based_with_the_ratio_for_new_traces(
     context = otel.parent(found)
     trace_id = int(TRACE, 16) if found else int("f" * 32, 16)
     decision = sampler.should_sample(context, trace_id, "deliver orders")
-    assert decision.decision.is_sampled() is sampled
+    assert (decision.decision is Decision.RECORD_AND_SAMPLE) is sampled
 
 
 def test_no_ratio_leaves_the_sampler_to_the_sdk() -> None:
