@@ -7,8 +7,8 @@ import sys
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.span import format_trace_id
 
