@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 transport="grpc", behaviour=Behaviour(), record=str(workdir / "sim.csv")
             )
             with SimConsumerProcess(settings) as sim:
-                # Not siding's: the broker, the collector, and the consumer (started since ``before``).
+                # Not siding's: the broker, the collector, the consumer (started since).
                 collector_pid = collector.process.pid if collector.process else 0
                 started_since = children_of(os.getpid()) - before
                 exclude = frozenset({kafka.pid or 0, collector_pid, *started_since})
