@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from siding import naming
 from siding.config import parse_config
-from siding.consumer import ack, retry
+from siding.consumer import ack, dead, retry
 from siding.devkit.broker import EmbeddedKafka
 from siding.devkit.harness import PipelineRun, config_text
 from siding.devkit.otel_collector import OtelCollector
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PRODUCER_SPAN = "b7ad6b7169203331"
 UNSAMPLED_TRACE = "1af7651916cd43dd8448eb211c80319d"
+DEAD_TRACE = "2af7651916cd43dd8448eb211c80319e"
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Call:
 
 class RecordingConsumer(consumer_pb2_grpc.ConsumerServicer):
     """A real gRPC consumer: records the trace context of each call; RETRY for the first
-    attempt of key "retry", ACK otherwise."""
+    attempt of key "retry", DEAD for key "dead", ACK otherwise."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
@@ -58,7 +59,11 @@ class RecordingConsumer(consumer_pb2_grpc.ConsumerServicer):
         self.calls.append(
             Call(key, request.attempt, str(metadata.get("traceparent", "")), headers["traceparent"])
         )
-        reply = retry(reason="once more") if key == "retry" and request.attempt == 1 else ack()
+        reply = ack()
+        if key == "retry" and request.attempt == 1:
+            reply = retry(reason="once more")
+        elif key == "dead":
+            reply = dead("dead on purpose")
         return reply_to_proto(reply, request.id)
 
 
@@ -76,8 +81,9 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
     loop_thread: LoopThread,
     collector: OtelCollector,
 ) -> None:
-    # Given a record whose producer's sampled span is its traceparent, and one whose producer
-    # did not sample its trace, and a consumer that retries the first once
+    # Given a record whose producer's sampled span is its traceparent, one whose producer did
+    # not sample its trace, one more sampled, and a consumer that retries the first once and
+    # answers DEAD for the third
     topic = topic_name("tracing")
     ensure_topics(admin_client({"bootstrap.servers": kafka.bootstrap}), [TopicSpec(topic)])
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
@@ -86,20 +92,22 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
     )
     unsampled = f"00-{UNSAMPLED_TRACE}-{PRODUCER_SPAN}-00"
     producer.produce(topic, key=b"quiet", value=b"v", headers=[("traceparent", unsampled)])
+    dying = f"00-{DEAD_TRACE}-{PRODUCER_SPAN}-01"
+    producer.produce(topic, key=b"dead", value=b"v", headers=[("traceparent", dying)])
     assert producer.flush(10) == 0
     consumer = RecordingConsumer()  # type: ignore[abstract]  # unary only
     server = grpc.aio.server()
     consumer_pb2_grpc.add_ConsumerServicer_to_server(consumer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     loop_thread.run(server.start())
-    name = topic.replace("_", "-")[-80:]
     route = {
-        "name": name,
+        "name": _route_name(topic),
         "topic": topic,
         "group": f"{topic}-group",
         "endpoint": f"grpc://127.0.0.1:{port}",
         "deadline": "5s",
         "lanes": [{"delay": "300ms"}],
+        "dlq_flood_min_batch": 1_000_000,
     }
     # Tracing on, sampling no new trace: what is recorded is what the producers sampled.
     text = config_text(kafka.bootstrap, route, checkpoint_dir=tmp_path / "checkpoints")
@@ -107,7 +115,7 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
     # When the route runs
     try:
         with PipelineRun(parse_config(text), spark) as run:
-            run.wait_committed({0: 2})
+            run.wait_committed({0: 3})
             wait_until(
                 lambda: any(c.key == "retry" and c.attempt == 2 for c in consumer.calls),
                 timeout_s=60,
@@ -117,18 +125,28 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
             spans = wait_until(
                 lambda: _complete(collector.spans()),
                 timeout_s=60,
-                what="the trace's four spans in the collector's file",
+                what="the traces' spans in the collector's file",
                 check=run.check,
             )
     finally:
         loop_thread.run(server.stop(0))
     assert spans is not None
-    # Then the producer's trace holds two attempt spans and a lane write, all its children
+    # Then the producer's trace holds two attempt spans and a lane write, ids as the consumer saw
+    _check_retried_trace(spans, topic, str(route["group"]), consumer.calls)
+    # And the unsampled trace went on unsampled; the dead record's trace ends in a dead letter
+    _check_other_traces(
+        spans, collector.spans(), topic, naming.route_dlq(run.route), consumer.calls
+    )
+
+
+def _check_retried_trace(
+    spans: list[dict[str, Any]], topic: str, group: str, calls: list[Call]
+) -> None:
     by_name: dict[str, list[dict[str, Any]]] = {}
-    for span in spans:
+    for span in (s for s in spans if s["traceId"] == TRACE):
         by_name.setdefault(span["name"], []).append(span)
     attempts = sorted(by_name[f"deliver {topic}"], key=lambda s: s["attrs"]["siding.attempt"])
-    (lane_write,) = by_name[f"lane write {naming.lane_topic(name, 1)}"]
+    (lane_write,) = by_name[f"lane write {naming.lane_topic(_route_name(topic), 1)}"]
     assert [s["attrs"]["siding.outcome"] for s in attempts] == ["retry", "ack"]
     assert [s["attrs"]["siding.lane"] for s in attempts] == [0, 1]
     for span in (*attempts, lane_write):
@@ -136,7 +154,7 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
         assert span["parentSpanId"] == PRODUCER_SPAN  # the incoming context survived the lane
         assert span["service"] == "siding"
         assert span["attrs"]["messaging.system"] == "kafka"
-        assert span["attrs"]["messaging.consumer.group.name"] == route["group"]
+        assert span["attrs"]["messaging.consumer.group.name"] == group
     assert attempts[0]["kind"] == attempts[1]["kind"] == 3  # CLIENT
     assert lane_write["kind"] == 4  # PRODUCER
     assert attempts[0]["attrs"]["messaging.destination.name"] == topic
@@ -144,19 +162,36 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
     assert attempts[1]["attrs"]["siding.previous_attempt"] == 1
     assert [link["spanId"] for link in lane_write.get("links", [])] == [attempts[0]["spanId"]]
     # And each call the consumer received carried its attempt span as parent
-    retried = [c for c in consumer.calls if c.key == "retry"]
+    retried = [c for c in calls if c.key == "retry"]
     assert [c.attempt for c in retried] == [1, 2]
     for call, span in zip(retried, attempts, strict=True):
         assert call.metadata == call.header == f"00-{TRACE}-{span['spanId']}-01"
+
+
+def _check_other_traces(
+    spans: list[dict[str, Any]], everything: list[dict[str, Any]], topic: str, dlq: str,
+    calls: list[Call],
+) -> None:  # fmt: skip
     # And the unsampled trace went on unsampled, with no span recorded
-    (quiet,) = [c for c in consumer.calls if c.key == "quiet"]
+    (quiet,) = [c for c in calls if c.key == "quiet"]
     assert quiet.metadata.startswith(f"00-{UNSAMPLED_TRACE}-") and quiet.metadata.endswith("-00")
     assert PRODUCER_SPAN not in quiet.metadata
-    assert not [s for s in collector.spans() if s["traceId"] == UNSAMPLED_TRACE]
+    assert not [s for s in everything if s["traceId"] == UNSAMPLED_TRACE]
+    # And the dead record's trace holds its attempt and the driver's dead-letter span
+    died = {s["name"]: s for s in spans if s["traceId"] == DEAD_TRACE}
+    letter = died[f"dead letter {dlq}"]
+    assert died[f"deliver {topic}"]["attrs"]["siding.outcome"] == "dead"
+    assert letter["parentSpanId"] == PRODUCER_SPAN and letter["kind"] == 4
+    assert letter["attrs"]["siding.source.offset"] == 2
+
+
+def _route_name(topic: str) -> str:
+    return topic.replace("_", "-")[-80:]
 
 
 def _complete(spans: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     ours = [s for s in spans if s["traceId"] == TRACE]
     attempts = [s for s in ours if s["name"].startswith("deliver ")]
     writes = [s for s in ours if s["name"].startswith("lane write ")]
-    return ours if len(attempts) >= 2 and writes else None
+    letters = [s for s in spans if s["traceId"] == DEAD_TRACE and s["name"].startswith("dead ")]
+    return spans if len(attempts) >= 2 and writes and letters else None
