@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanKind
@@ -224,3 +225,20 @@ async def test_a_record_without_traceparent_starts_a_new_trace() -> None:
     (span,) = memory.get_finished_spans()
     assert span.parent is None
     assert span.attributes is not None and span.attributes["siding.outcome"] == "ack"
+
+
+class _Refusing(SpanExporter):
+    """An exporter whose endpoint refuses every batch (what the OTLP exporter returns then)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        assert spans
+        return SpanExportResult.FAILURE
+
+
+def test_spans_that_could_not_be_exported_are_counted_once() -> None:
+    counted = otel._Counted(_Refusing())
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(counted))
+    for _ in range(3):
+        provider.get_tracer("t").start_span("s").end()
+    assert counted.failed == 3

@@ -38,7 +38,7 @@ class _Counted(SpanExporter):
 
     def __init__(self, inner: SpanExporter) -> None:
         self._inner = inner
-        self.failed = 0
+        self.failed = 0  # read and reset under otel._lock (take_export_failures)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -131,11 +131,14 @@ def flush(timeout_s: float) -> bool:
         return False
 
 
-def export_failures() -> int:
-    """Spans this process failed to export so far."""
+def take_export_failures() -> int:
+    """Spans this process failed to export since the last call."""
     with _lock:
         current = _current[0] if _current and _current[0].pid == os.getpid() else None
-    return current.exporter.failed if current is not None else 0
+        if current is None:
+            return 0
+        failed, current.exporter.failed = current.exporter.failed, 0
+        return failed
 
 
 def parent(incoming: TraceParent | None) -> Context:

@@ -85,8 +85,9 @@ class TaskTrace:
                 return found
         return None
 
-    def flush(self) -> None:
-        otel.flush(self._settings.flush_s)
+    def dropped(self) -> int:
+        """Spans this worker could not export since a task last asked (for the metric)."""
+        return otel.take_export_failures()
 
 
 def letter_spans(

@@ -113,6 +113,7 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
         used_tokens=used,
         dead_reasons=dead_reasons(settled),
         letters=tuple(letters),
+        spans_dropped=trace.dropped() if trace is not None else 0,
     )
     # A parked call's outputs were written by the worker before its settlement: counted here,
     # when the park lane finishes the record (docs/outputs.md).

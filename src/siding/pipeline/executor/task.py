@@ -274,6 +274,7 @@ def run_slice(
         dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
         letters=tuple(letters),
+        spans_dropped=trace.dropped() if trace is not None else 0,
     )
 
 
