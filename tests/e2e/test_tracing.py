@@ -67,6 +67,15 @@ class RecordingConsumer(consumer_pb2_grpc.ConsumerServicer):
         return reply_to_proto(reply, request.id)
 
 
+async def _serve(consumer: RecordingConsumer) -> tuple[grpc.aio.Server, int]:
+    """The consumer's gRPC server on a free loopback port (made on the loop it serves on)."""
+    server = grpc.aio.server()
+    consumer_pb2_grpc.add_ConsumerServicer_to_server(consumer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
 @pytest.fixture
 def collector() -> Iterator[OtelCollector]:
     with OtelCollector() as running:
@@ -96,10 +105,7 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
     producer.produce(topic, key=b"dead", value=b"v", headers=[("traceparent", dying)])
     assert producer.flush(10) == 0
     consumer = RecordingConsumer()  # type: ignore[abstract]  # unary only
-    server = grpc.aio.server()
-    consumer_pb2_grpc.add_ConsumerServicer_to_server(consumer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    loop_thread.run(server.start())
+    server, port = loop_thread.run(_serve(consumer))
     route = {
         "name": _route_name(topic),
         "topic": topic,
