@@ -41,6 +41,8 @@ class TracedTransport:
             kind=SpanKind.CLIENT,
             attributes=attempt_attributes(delivery, self._route, self._group),
         )
+        # Known from the start: a parked call's write span links to it before it answers.
+        self.attempts[delivery.id] = span.get_span_context()
         traceparent, tracestate = otel.traceparent_of(span)
         call = ((TRACEPARENT, traceparent),) + (((TRACESTATE, tracestate),) if tracestate else ())
         token = CALL_TRACE.set(call)
@@ -64,7 +66,6 @@ class TracedTransport:
         elif outcome.reason:
             span.set_attribute("siding.reason", outcome.reason[:200])
         span.end()
-        self.attempts[delivery.id] = span.get_span_context()
         return outcome
 
     async def probe(self) -> bool:
