@@ -130,8 +130,9 @@ demo: setup
 # time: most e2e time is spent waiting on consumers, deadlines and JVM starts (README).
 PYTEST_WORKERS ?= 2
 
+# Every test's time goes to build/test-results.xml (JUnit XML): where the suite's minutes go.
 test: setup test-builds lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/test-results.xml tests
 
 # What only the tests need and takes minutes to build on a fresh machine (the image: a cold build
 # is about 9 minutes) starts in the background here, so it overlaps the lint, the SDKs' tests and

@@ -1,6 +1,6 @@
-"""Latency against load: fast-message p50 and p99 at 100, 300, 1,000 and 3,000 msg/s (10 ms
-consumer, no slow messages, 1 partition) for siding (gRPC stream and HTTP webhooks, the default
-route) and the peers, each point a short run of steady traffic."""
+"""Latency against load: fast-message p50 and p99 at 100, 300, 600, 1,000, 2,000 and 3,000
+msg/s (10 ms consumer, no slow messages, 1 partition) for siding (gRPC stream and HTTP webhooks,
+the default route) and the peers, each point a short run of steady traffic."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from bench.workloads.context import BenchContext
 from bench.workloads.measure import delivery_summary
 from bench.workloads.traffic import Siding, System, push
 
-RATES = (100.0, 300.0, 1_000.0, 3_000.0)
+# (600 and 2,000: issue 29 asks where the knee is, and it moved below 1,000 msg/s on 2026-11-27)
+RATES = (100.0, 300.0, 600.0, 1_000.0, 2_000.0, 3_000.0)
 POINT_S = 20.0
 MIN_POINT_S = 2.0
 FAST_S = 0.010

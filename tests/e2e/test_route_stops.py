@@ -181,7 +181,11 @@ def test_a_consumer_that_turns_everything_dead_stops_the_route_on_one_line_and_l
             parked_done = not ends or watch.committed(park) == ends
             return watch.committed().get(0, 0) >= total and parked_done
 
-        wait_until(all_done, timeout_s=240, what="all done")
+        def still_running() -> None:  # (a restart that stopped again says why at once)
+            if run.proc.poll() is not None:
+                raise AssertionError(f"siding stopped again: {output_of(run)[1][-1:]}")
+
+        wait_until(all_done, timeout_s=240, what="all done", check=still_running)
         run.signal()
         run.wait(60)
     finally:

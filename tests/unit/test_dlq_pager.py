@@ -162,7 +162,13 @@ def test_a_pager_with_nothing_waiting_stops_at_once(notifier: Notifier) -> None:
 
 def test_page_counts_reach_metrics() -> None:
     metrics = MetricsSink()
-    metrics.declare("billing", 1)
+    metrics.declare("billing", 1, pages=True)
+    metrics.declare("quiet", 1)
+    # (before any page: zeros for the route that pages, nothing for the other)
+    text = render(metrics_registry(metrics.snapshot)).decode()
+    assert 'siding_dlq_pages_sent_total{route="billing"} 0.0' in text
+    assert 'siding_dlq_pages_dropped_total{route="billing"} 0.0' in text
+    assert 'siding_dlq_pages_sent_total{route="quiet"}' not in text
     metrics.sink.on_page("billing", True, 5)
     metrics.sink.on_page("billing", False, 2)
     metrics.sink.on_page("billing", False, 1)
@@ -172,7 +178,7 @@ def test_page_counts_reach_metrics() -> None:
     assert 'siding_dlq_page_letters_total{result="dropped",route="billing"} 3.0' in text
     assert 'siding_dlq_page_letters_total{result="sent",route="billing"} 5.0' in text
     status = status_document(metrics.snapshot(), [])
-    assert [r.get("dlq_pages") for r in status["routes"]] == [{"sent": 1, "dropped": 2}]
+    assert [r.get("dlq_pages") for r in status["routes"]] == [{"sent": 1, "dropped": 2}, None]
 
 
 BASE = """
@@ -194,6 +200,8 @@ endpoint = "grpc://h:1"
         ('url = "http://n/p"', r"route\[billing\]\.dlq_page\.secret: required key is missing"),
         ('url = "grpc://n:1"\nsecret = "s"', r"dlq_page\.url: grpc://\.\.\.: a page is an HTTP"),
         ('url = "http://u:pw@n/"\nsecret = "s"', r"dlq_page\.url: credentials in the URL"),
+        ('url = "http://n/{topic}"\nsecret = "s"', r"dlq_page\.url: a page carries many letters"),
+        ('url = "http://n/{}"\nsecret = "s"', r"dlq_page\.url: "),
         ('url = "http://n"\nsecret = "whsec_!"', r"dlq_page\.secret: a whsec_ secret must be"),
         ('url = "http://n"\nsecret = ""', r"dlq_page\.secret: must not be empty"),
         ('url = "http://n"\nsecret = "s"\nevery = "0s"', r"dlq_page\.every: must be longer"),

@@ -102,6 +102,26 @@ def test_open_takes_the_lock_and_topics_and_claims_the_checkpoint_stop_gives_the
 
 
 @pytest.mark.usefixtures("steps")
+def test_a_stop_gives_back_the_checkpoint_before_it_waits_for_the_last_dlq_page(
+    tmp_path: Path,
+) -> None:
+    # (issue 28: a standby waited up to the pager's 5 s for a page that writes nothing to Kafka)
+    config = _config(tmp_path, "a")
+    runtime = _runtime(config, config.route[0])
+    runtime.open()
+    route_dir = _route_dir(tmp_path, "a")
+    seen: list[bool] = []
+
+    class Pager:
+        def stop(self) -> None:
+            seen.append(_free(route_dir))
+
+    runtime.pager = Pager()  # type: ignore[assignment]
+    runtime.stop()
+    assert seen == [True]
+
+
+@pytest.mark.usefixtures("steps")
 def test_a_start_that_fails_gives_back_what_open_took(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -272,8 +272,9 @@ def test_a_hard_stop_asked_by_a_signal_is_not_a_route_stop() -> None:
 # --- the park lane: a flood of DEAD answers is forgotten, so the restart asks again ------------
 
 
-def test_a_flooded_park_lane_batch_forgets_its_dead_answers_and_keeps_the_others() -> None:
-    # Given settlements of parked calls: 25 answered DEAD, one ACKed
+def test_a_flood_stop_forgets_every_dead_answer_now_and_at_the_next_start() -> None:
+    # Given settlements of parked calls: 25 answered DEAD, one ACKed, and 3 more DEAD answers
+    # for parked records of a later batch (the same bad deploy gave them)
     log: list[tuple[bytes, bytes | None]] = []
     read_upto = [0]
 
@@ -286,20 +287,62 @@ def test_a_flooded_park_lane_batch_forgets_its_dead_answers_and_keeps_the_others
         log.extend((r.key or b"", r.value) for r in records)
 
     now_ms = int(time.time() * 1000)
-    answers = {f"d{i}": OutcomeKind.DEAD for i in range(25)} | {"ok": OutcomeKind.ACK}
-    for token, kind in answers.items():
+
+    def answer(token: str, kind: OutcomeKind) -> None:
         record = settlement_record("settled", Settlement(token, Outcome(kind), now_ms))
         log.append((record.key or b"", record.value))
+
+    answers = {f"d{i}": OutcomeKind.DEAD for i in range(25)} | {"ok": OutcomeKind.ACK}
+    later = {f"later{i}": OutcomeKind.DEAD for i in range(3)}
+    for token, kind in (answers | later).items():
+        answer(token, kind)
     store = SettlementStore("settled", read_new, write)
     store.catch_up()
-    park = ParkBatchHandler(route=ROUTE, client_conf={}, settlements=store, stop=threading.Event())
+    flooded: list[bool] = []
+    park = ParkBatchHandler(
+        route=ROUTE,
+        client_conf={},
+        settlements=store,
+        stop=threading.Event(),
+        on_flood=lambda: flooded.append(bool(store.mark_flood())),
+    )
     # When its batch floods (the driver's judgement over the batch)
     with pytest.raises(DlqFloodError):
         park._settle_letters([task(26, 25, letters=25)], 4)
-    park._forget_dead(set(answers))
+    # Then the route marks the stop and only the ACK is still known: the restarted park lane
+    # asks again about the DEAD ones, the later batch's included
+    assert flooded == [True]
     store.catch_up()
-    # Then only the ACK is still known: the restarted park lane asks again about the DEAD ones
     assert set(store.snapshot()) == {"ok"}
+    # When a parked call answers DEAD after that, before the process is gone
+    answer("straggler", OutcomeKind.DEAD)
+    # Then the next start (a new store over the same topic) forgets it too, and the mark
+    restarted = SettlementStore("settled", iter_all(log), write)
+    restarted.catch_up()
+    assert "straggler" in restarted.snapshot()
+    assert restarted.after_flood() == 1
+    assert set(restarted.snapshot()) == {"ok"}
+    # And the start after that one keeps DEAD answers again (the mark is gone)
+    answer("later-dead", OutcomeKind.DEAD)
+    again = SettlementStore("settled", iter_all(log), write)
+    again.catch_up()
+    assert again.after_flood() == 0
+    assert set(again.snapshot()) == {"ok", "later-dead"}
+
+
+def iter_all(
+    log: list[tuple[bytes, bytes | None]],
+) -> Callable[[], list[tuple[bytes, bytes | None]]]:
+    """A reader of the whole topic from its start, once (what a new store reads at a start)."""
+    done = [False]
+
+    def read_new() -> list[tuple[bytes, bytes | None]]:
+        if done[0]:
+            return []
+        done[0] = True
+        return list(log)
+
+    return read_new
 
 
 # --- the checkpoint lock removed or replaced under a running route ---------------------------

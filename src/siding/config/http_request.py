@@ -3,41 +3,18 @@ and the ``Idempotency-Key`` (docs/webhooks.md, "The request's shape")."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SecretStr, field_serializer, field_validator
 
 from siding.config.fields import Problem
+from siding.config.http_grammar import CONTROL, FRAMING_NAMES, HEADER_NAME, OWN_PREFIXES
 
 METHODS = ("POST", "PUT", "PATCH")
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field-name
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB
 # Every header siding writes on a webhook (siding.transport.http_headers), and those that change
 # how the request itself is carried: a static header may be none of them.
-_OWN_PREFIXES = ("ce-", "webhook-", "siding-")
-_OWN_NAMES = frozenset(
-    {
-        "authorization",
-        "content-type",
-        "content-length",
-        "host",
-        "idempotency-key",
-        "user-agent",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "expect",
-        "proxy-authorization",
-        "proxy-connection",
-        "content-encoding",
-        "accept-encoding",
-    }
-)
+_OWN_NAMES = FRAMING_NAMES | {"idempotency-key", "user-agent", "accept-encoding"}
 _HINTS = {
     "authorization": " (give a bearer token as route.auth.token)",
     "idempotency-key": " (the delivery id; route.http.idempotency_key = false sends none)",
@@ -46,10 +23,10 @@ _HINTS = {
 
 def refusal(name: str) -> str | None:
     """Why ``name`` cannot be a static header, or ``None`` when it can; pure."""
-    if not _TOKEN.fullmatch(name):
+    if not HEADER_NAME.fullmatch(name):
         return "not an HTTP header name (RFC 9110 token characters only)"
     lowered = name.lower()
-    if lowered in _OWN_NAMES or lowered.startswith(_OWN_PREFIXES):
+    if lowered in _OWN_NAMES or lowered.startswith(OWN_PREFIXES):
         return f"siding sets this header itself{_HINTS.get(lowered, '')}"
     return None
 
@@ -89,7 +66,7 @@ class HttpConfig(BaseModel):
             text = given.get_secret_value() if isinstance(given, SecretStr) else given
             if not isinstance(text, str):
                 raise Problem((name,), "expected a string")
-            if _CONTROL.search(text):  # the value itself is never echoed
+            if CONTROL.search(text):  # the value itself is never echoed
                 raise Problem((name,), "the value contains a control character (a line break?)")
             out.append((name, SecretStr(text)))
         return tuple(out)

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from siding.config.fields import Count, PositiveDuration
+from siding.config.url_template import parse_url_template
 from siding.config.values import check_webhook_secret, parse_endpoint_url
 
 DEFAULT_EVERY_S = 60.0
@@ -43,6 +44,11 @@ class DlqPageConfig(BaseModel):
         if parsed.scheme not in ("http", "https"):
             raise ValueError(
                 f"{parsed.scheme}://...: a page is an HTTP POST; use http:// or https://"
+            )
+        if not parse_url_template(parsed.url).is_static:
+            raise ValueError(
+                "a page carries many letters: its URL takes no {placeholders} (write a"
+                " literal { as %7B)"
             )
         return parsed.url
 

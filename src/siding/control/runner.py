@@ -62,7 +62,7 @@ class SidingRun:
             api_routes = self.registry.open()
             config = config.model_copy(update={"route": (*config.route, *api_routes)})
         for route in config.route:
-            self.metrics.declare(route.name, 1 + len(route.lanes))
+            self.metrics.declare(route.name, 1 + len(route.lanes), pages=route.dlq_page is not None)
         app = Application(
             config,
             sink=self._sink(),
@@ -109,7 +109,7 @@ class SidingRun:
 
     def _routes_changed(self, routes: Sequence[RouteConfig]) -> None:
         for route in routes:
-            self.metrics.declare(route.name, 1 + len(route.lanes))
+            self.metrics.declare(route.name, 1 + len(route.lanes), pages=route.dlq_page is not None)
         if self.control is not None:
             self.control.routes_changed(routes)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import ssl
 import time
 from dataclasses import dataclass, field, replace
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import aiohttp
 from yarl import URL
 
+from siding.config.http_grammar import CONTROL
 from siding.config.http_request import METHODS, refusal
 from siding.config.url_template import parse_url_template
 from siding.errors import ConfigError
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 _REASON_EXCERPT_CHARS = 200
 _USER_AGENT = "siding"
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB; includes CR, LF, NUL
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +101,7 @@ class HttpTransport:
             raise ConfigError("method", f"{spec.method!r}: use one of {', '.join(METHODS)}")
         for name, value in spec.headers:
             why = refusal(name) or (
-                "the value has a control character" if _CONTROL.search(value) else None
+                "the value has a control character" if CONTROL.search(value) else None
             )
             if why is not None:
                 raise ConfigError(f"headers.{name}", why)  # never the value
@@ -111,7 +110,7 @@ class HttpTransport:
         if spec.bearer_token is not None and not _is_token(spec.bearer_token):
             raise ConfigError("bearer_token", "must be printable ASCII without spaces")
         for key, text in (("source", spec.source), ("event_type", spec.event_type)):
-            if not text or _CONTROL.search(text):
+            if not text or CONTROL.search(text):
                 raise ConfigError(key, "must be non-empty and free of control characters")
         if spec.max_connections < 1:
             raise ConfigError("max_connections", "must be at least 1")

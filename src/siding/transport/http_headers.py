@@ -4,10 +4,10 @@ lists every header)."""
 from __future__ import annotations
 
 import base64
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from siding.config.http_grammar import CONTROL, FRAMING_NAMES, HEADER_NAME, OWN_PREFIXES
 from siding.model import Delivery
 from siding.transport import signing
 
@@ -18,31 +18,6 @@ IDEMPOTENCY_KEY = "idempotency-key"
 # A forwarded header this long risks a 431/400 from the consumer's server, which would
 # dead-letter a good message; such a header is dropped instead.
 MAX_FORWARDED_VALUE_BYTES = 4096
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field-name
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every CTL but HTAB; includes CR, LF, NUL
-_RESERVED_PREFIXES = ("ce-", "webhook-", "siding-")
-# Ours, or hop-by-hop / framing headers that would change how the request itself is carried.
-_RESERVED_NAMES = frozenset(
-    {
-        "authorization",
-        # siding's own when it compresses the body; a producer's (its value is encoded already)
-        # would make receivers decode the value before verifying a signature made over it
-        "content-encoding",
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "expect",
-        "proxy-authorization",
-        "proxy-connection",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +85,13 @@ def build_headers(
     dropped = 0
     for name, raw in delivery.headers:
         value = header_value(raw)
-        if value is None or not _TOKEN.fullmatch(name):
+        if value is None or not HEADER_NAME.fullmatch(name):
             dropped += 1
             continue
         lowered = name.lower()
         if lowered == "content-type":
             content_type = value  # the last one wins, as Kafka's Headers.lastHeader does
-        elif (
-            lowered in _RESERVED_NAMES or lowered.startswith(_RESERVED_PREFIXES) or lowered in taken
-        ):
+        elif lowered in FRAMING_NAMES or lowered.startswith(OWN_PREFIXES) or lowered in taken:
             dropped += 1
         else:
             headers.append((name, value))
@@ -136,7 +109,7 @@ def header_value(raw: bytes) -> str | None:
         value = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return None if _CONTROL.search(value) else value
+    return None if CONTROL.search(value) else value
 
 
 def printable_key(key: bytes | None) -> str | None:

@@ -123,6 +123,8 @@ class BatchHandler(ABC):
     fence: Callable[[], FencePlan | None] = lambda: None
     # Announces the letters once written ([route.dlq_page]); None: the route has no pager.
     pager: DlqPager | None = None
+    # Called when the flood guard stops the route (the route marks it for its next start).
+    on_flood: Callable[[], None] = lambda: None
     # [tracing] as resolved at start; None: off (no span, nothing of OpenTelemetry imported).
     tracing: TraceSettings | None = None
 
@@ -208,6 +210,7 @@ class BatchHandler(ABC):
         too large. Returns the results without their letters (the sinks need only counts)."""
         reason = flood_reason(self.route, self._where(batch_id), results)
         if reason is not None:
+            self.on_flood()
             raise DlqFloodError(reason)
         letters = [letter for result in results for letter in result.letters]
         if letters:

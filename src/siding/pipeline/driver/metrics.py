@@ -219,11 +219,14 @@ class MetricsSink:
         self._pages: dict[str, PageTally] = {}
         self.sink = BatchSink(self.on_result, self.on_page)
 
-    def declare(self, route: str, lanes: int) -> None:
-        """Show a route's lanes (zeros) before their first batch."""
+    def declare(self, route: str, lanes: int, *, pages: bool = False) -> None:
+        """Show a route's lanes (zeros) before their first batch, and its DLQ pages (zeros)
+        before its first page when it pages (an alert on a rate needs the series first)."""
         with self._lock:
             for lane in range(lanes):
                 self._lanes.setdefault((route, lane), LaneMetrics())
+            if pages:
+                self._pages.setdefault(route, PageTally())
 
     def on_result(self, route: str, lane: int, results: list[TaskResult], seconds: float) -> None:
         with self._lock:

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
-from siding.errors import DlqFloodError, DurableWriteError
-from siding.model import OutcomeKind
+from siding.errors import DurableWriteError
 from siding.pipeline.driver.batch import BatchHandler, checked, log
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.executor.park_task import settle_partition
@@ -24,7 +23,6 @@ from siding.routing import story
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-DEAD = OutcomeKind.DEAD
 # How long a park-lane batch waits for calls still running before it puts them back.
 ANSWER_WAIT_S = 1.0
 POLL_S = 0.05
@@ -66,11 +64,7 @@ class ParkBatchHandler(BatchHandler):
             return checked(results)
 
         results = self._run_with_retries(run, batch_id)
-        try:
-            results = self._settle_letters(results, batch_id)
-        except DlqFloodError:
-            self._forget_dead(tokens)
-            raise
+        results = self._settle_letters(results, batch_id)
         self._used = tuple(t for r in results for t in r.used_tokens)
         return results
 
@@ -87,15 +81,6 @@ class ParkBatchHandler(BatchHandler):
                 return
             if self.drain.requested.wait(POLL_S):
                 return
-
-    def _forget_dead(self, tokens: set[str]) -> None:
-        """A batch the flood guard stopped: its DEAD answers are forgotten, so that after the
-        restart its records are asked again (not dead-lettered from the same answers)."""
-        dead = [t for t, s in self.settlements.of(tokens).items() if s.outcome.kind is DEAD]
-        try:
-            self.settlements.forget(dead)
-        except DurableWriteError as exc:
-            log.warning("route %s: DEAD answers not forgotten: %s", self.route.name, exc)
 
     def _forget(self, tokens: tuple[str, ...]) -> None:
         try:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from siding import naming
 from siding.config import RouteConfig, SidingConfig
-from siding.errors import RouteStopped
+from siding.errors import DurableWriteError, RouteStopped
 from siding.kafka.admin import cluster_id, commit_offsets
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
@@ -222,6 +222,7 @@ class RouteRuntime:
                 lock_lost=self.lock_lost,
                 fence=self.fence_plan,
                 pager=self.pager,
+                on_flood=self._flood_stop,
                 tracing=self.tracing,
             )
             subscribe, topic = (
@@ -259,6 +260,14 @@ class RouteRuntime:
         tail = self._tail(naming.state_topic(route.name, naming.SETTLED))
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
+        forgotten = store.after_flood()
+        if forgotten:
+            log.info(
+                "route %s: %d DEAD answers of parked calls from before the DLQ-flood stop"
+                " forgotten: their records are asked again",
+                route.name,
+                forgotten,
+            )
         self.settlements = store
         handler = ParkBatchHandler(
             route=route,
@@ -274,10 +283,23 @@ class RouteRuntime:
             lock_lost=self.lock_lost,
             fence=self.fence_plan,
             pager=self.pager,
+            on_flood=self._flood_stop,
             tracing=self.tracing,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
+
+    def _flood_stop(self) -> None:
+        """The DLQ-flood guard stops the route: mark it in the ``settled`` topic, so that the
+        DEAD answers its parked calls gave (now, and until the process is gone) are forgotten
+        at the next start and their records asked again (docs/dispatch.md)."""
+        store = self.settlements
+        if store is None:  # the route has never parked: no parked call can answer
+            return
+        try:
+            store.mark_flood()
+        except DurableWriteError as exc:
+            log.warning("route %s: the DLQ-flood stop was not marked: %s", self.route.name, exc)
 
     def _tail(self, topic: str) -> TopicTail:
         tail = TopicTail(self.config.kafka.client_config(), topic)
@@ -366,9 +388,6 @@ class RouteRuntime:
         tails, self._tails = self._tails, []
         for tail in reversed(tails):
             tail.close()
-        pager, self.pager = self.pager, None
-        if pager is not None:  # after the queries: the last batches' letters are on it
-            pager.stop()
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.close()
@@ -377,6 +396,11 @@ class RouteRuntime:
             lock.release()
         if self.fence is not None:
             self.fence.release()
+        # Last: its final page (up to ``pager.STOP_WAIT_S``) writes nothing to Kafka, so a
+        # standby need not wait for it; after the queries, whose last letters are on it.
+        pager, self.pager = self.pager, None
+        if pager is not None:
+            pager.stop()
 
     def remove(self, timeout_s: float) -> dict[str, dict[int, int]]:
         """Stop the route's queries once the batches they are running have committed (each is
