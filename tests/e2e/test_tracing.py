@@ -111,6 +111,7 @@ def test_a_record_retried_once_then_acked_is_one_trace_in_the_collector(
         "topic": topic,
         "group": f"{topic}-group",
         "endpoint": f"grpc://127.0.0.1:{port}",
+        "transport": "unary",  # the call's metadata carries the context too (a stream's cannot)
         "deadline": "5s",
         "lanes": [{"delay": "300ms"}],
         "dlq_flood_min_batch": 1_000_000,
