@@ -158,6 +158,7 @@ def markdown(report: Entry) -> str:
         floor_section(report),
         curve_section(report),
         throughput_section(report),
+        memory_section(report),
     )
     for section in sections:
         lines += ["", *section] if section else []
@@ -389,6 +390,26 @@ def throughput_section(report: Entry) -> list[str]:
         "",
         "Drain: first receipt to the last message done. CPU: the system's own process tree over"
         " the drain (siding: driver, Spark JVM, Python workers). siding on its defaults.",
+    ]
+
+
+def memory_section(report: Entry) -> list[str]:
+    """Peak RSS (MB) of each system's process tree per workload: one column per system seen."""
+    entries = [e for e in report["workloads"] if isinstance(e.get("peak_rss_mb"), Mapping)]
+    systems = sorted(
+        {s for e in entries for s in e["peak_rss_mb"]}, key=lambda s: (s != "siding", s)
+    )
+    if not entries:
+        return []
+    rows = [[e["name"], *(cell(e["peak_rss_mb"].get(s)) for s in systems)] for e in entries]
+    return [
+        "### Memory",
+        "",
+        "Peak RSS per workload, MB (each system's process tree, summed RSS, sampled every 0.5 s;"
+        " siding: the bench's driver with Spark's JVM and Python workers, the serial consumer"
+        " running in it; n/a: the system did not run):",
+        "",
+        *table(["workload", *systems], rows),
     ]
 
 

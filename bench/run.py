@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -33,10 +34,12 @@ from bench.workloads import (
     throughput,
 )
 from bench.workloads.context import BenchContext, scale_from_env
+from bench.workloads.cpu import CpuMeter, SystemPeaks
 from siding.devkit.broker import EmbeddedKafka
 from siding.pipeline.driver.session import build_session
 
 Workload = Callable[[BenchContext], list[dict[str, Any]]]
+RSS_SAMPLE_S = 0.5
 
 
 def workloads(broker_pid: int) -> dict[str, Workload]:
@@ -73,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"[bench] {name} ...", flush=True)
                 began = time.monotonic()
+                # the peak RSS of each system's process tree over the workload (the broker not)
+                peaks = SystemPeaks(os.getpid())
+                meter = CpuMeter(os.getpid(), {kafka.pid or 0}, RSS_SAMPLE_S, on_sample=peaks)
                 try:
-                    got = workload(ctx)
+                    with meter:
+                        got = workload(ctx)
                 except Exception as exc:  # one failed workload must not hide the others
                     traceback.print_exc()
                     got = [
@@ -82,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                 for entry in got:
                     entry["bench_seconds"] = round(time.monotonic() - began, 1)
+                    entry["peak_rss_mb"] = peaks.report()
                     print(f"[bench]   {entry}", flush=True)
                 entries += got
             spark.stop()

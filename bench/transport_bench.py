@@ -1,7 +1,9 @@
 """Transport micro-benchmark: messages/s and client CPU per message for gRPC unary, gRPC stream
-and HTTP webhooks, and batched delivery (docs/batch.md) over gRPC and HTTP at several batch
-sizes, each against a simulated consumer (zero latency) in its own process on loopback, so only
-the client's CPU is counted.
+and HTTP webhooks, batched delivery (docs/batch.md) over gRPC and HTTP at several batch sizes,
+and the transport a route with the defaults gets for each scheme (``grpc (defaults)``, ``http
+(defaults)``: built by siding.transport.factory from a route naming only its endpoint), each
+against a simulated consumer (zero latency) in its own process on loopback, so only the
+client's CPU is counted.
 
     python -m bench.transport_bench [--count 20000] [--in-flight 256] [--batches 1,16,64,256]
 
@@ -24,10 +26,12 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from siding.config import parse_route
 from siding.devkit.sim_consumer import SimConsumerProcess, SimSettings
 from siding.model import Delivery
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
+from siding.transport.factory import make_transport
 from siding.transport.grpc_batch import GrpcBatchTransport
 from siding.transport.grpc_common import ChannelSpec
 from siding.transport.grpc_stream import GrpcStreamTransport
@@ -96,6 +100,15 @@ async def measure(
     )  # fmt: skip
 
 
+def with_defaults(url: str, in_flight: int, secret: str | None = None) -> Callable[[], Transport]:
+    """The transport a route with the defaults gets for ``url`` (and a webhook ``secret``)."""
+    table: dict[str, object] = {"name": "bench", "topic": "bench", "group": "b", "endpoint": url}
+    if secret is not None:
+        table["auth"] = {"webhook_secret": secret}
+    route = parse_route(table)
+    return lambda: make_transport(route, route.endpoint[0], in_flight)
+
+
 def bench(count: int, in_flight: int, batches: tuple[int, ...] = BATCHES) -> list[Run]:
     runs: list[Run] = []
     with SimConsumerProcess(SimSettings("grpc")) as sim:
@@ -106,6 +119,8 @@ def bench(count: int, in_flight: int, batches: tuple[int, ...] = BATCHES) -> lis
         runs.append(
             asyncio.run(measure("grpc-stream", lambda: GrpcStreamTransport(spec), count, in_flight))
         )
+        defaults = with_defaults(f"grpc://{sim.target}", in_flight)
+        runs.append(asyncio.run(measure("grpc (defaults)", defaults, count, in_flight)))
         for size in batches:
             limits = BatchLimits(size, LINGER_S, MAX_BYTES)
 
@@ -122,6 +137,8 @@ def bench(count: int, in_flight: int, batches: tuple[int, ...] = BATCHES) -> lis
             return HttpTransport(webhook)
 
         runs.append(asyncio.run(measure("http (signed)", http, count, in_flight)))
+        defaults = with_defaults(sim.url, in_flight, SECRET)
+        runs.append(asyncio.run(measure("http (defaults, signed)", defaults, count, in_flight)))
         for size in batches:
             limits = BatchLimits(size, LINGER_S, MAX_BYTES)
 

@@ -20,7 +20,7 @@ from typing import Any
 from bench.peers import share_group
 from bench.workloads import cost, hol, hol_peers
 from bench.workloads.context import BenchContext, scaled
-from bench.workloads.cpu import CpuMeter, children_of
+from bench.workloads.cpu import CpuMeter, children_of, peak_rss_fields, sampling_overhead_s
 from bench.workloads.measure import drain, planned_delay, redeliveries
 from bench.workloads.traffic import QUIET_S, RecordTail, Siding, System, wait_quiet
 from siding.devkit.sim_consumer import Behaviour, read_records
@@ -81,6 +81,7 @@ def measure(
         exclude = {broker_pid} | (children_of(os.getpid()) - before)
         started_wall = time.time()
         meter = None
+        sampled_before = sampling_overhead_s()
         if isinstance(system, Siding):  # the route's start (the Spark query's) counts too
             meter = CpuMeter(os.getpid(), exclude).start()
         with system.start(ctx, topic, sim, count) as running:
@@ -93,8 +94,9 @@ def measure(
             meter.stop()
             wait_quiet(tail, QUIET_S, timeout_s=60.0)
     by_kind = meter.by_kind
-    if isinstance(system, Siding):  # the sampling ran in siding's driver: not siding's CPU
-        by_kind["driver (Python)"] -= meter.overhead_s
+    if isinstance(system, Siding):  # the sampling (this meter's, make bench's RSS meter's) ran
+        # in siding's driver: not siding's CPU
+        by_kind["driver (Python)"] -= sampling_overhead_s() - sampled_before
     total = sum(by_kind.values())
     records = [r for r in read_records(record) if r.delivery_id.startswith(f"{topic}/")]
     got = drain(records, planned_delay(BEHAVIOUR), started_wall, total - at_first, total)
@@ -112,6 +114,7 @@ def measure(
             k: round(v, 2) for k, v in sorted(by_kind.items()) if round(v, 2)
         },
         "delivered_more_than_once": redeliveries(records).messages,
+        **peak_rss_fields(meter),
     }
 
 

@@ -1,11 +1,14 @@
 """Batched delivery end to end (docs/batch.md): one siding run, a batched gRPC route and a batched
 HTTP route on the embedded broker. Each record keeps its own fate inside its batch: acks, a RETRY
-that goes through lane 1, a DEAD that reaches the DLQ alone, a binary value byte for byte."""
+that goes through lane 1, a DEAD that reaches the DLQ alone, a binary value byte for byte. A third
+route, with the defaults, meets a gRPC consumer that serves only ``DeliverStream``: batching is
+asked once per connection, then every record goes one per message, none lost or doubled."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,10 +105,48 @@ class BatchesOnly(consumer_pb2_grpc.ConsumerServicer):
             yield consumer_pb2.ResultBatch(results=[result_to_proto(r) for r in results])
 
 
-def grpc_consumer(loop: LoopThread, seen: Seen) -> tuple[str, Callable[[], None]]:
+class StreamOnly(consumer_pb2_grpc.ConsumerServicer):
+    """A consumer written before ``DeliverBatches``: it serves ``DeliverStream`` and answers
+    ``DeliverBatches`` as the generated code does for a method it does not implement. Notes the
+    connection (peer) of each call."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+        self.batch_asks: list[str] = []
+        self.stream_peers: list[str] = []
+
+    async def Deliver(
+        self,
+        request: consumer_pb2.Delivery,  # noqa: ARG002
+        context: Context,
+    ) -> consumer_pb2.Result:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    async def DeliverStream(
+        self, request_iterator: AsyncIterator[consumer_pb2.Delivery], context: Context
+    ) -> AsyncIterator[consumer_pb2.Result]:
+        self.stream_peers.append(context.peer())
+        async for message in request_iterator:
+            self.seen.batches.append(1)
+            result = await handle(self.seen.handle, delivery_from_proto(message))
+            yield result_to_proto(result)
+
+    async def DeliverBatches(
+        self,
+        request_iterator: AsyncIterator[consumer_pb2.DeliveryBatch],  # noqa: ARG002
+        context: Context,
+    ) -> AsyncIterator[consumer_pb2.ResultBatch]:
+        self.batch_asks.append(context.peer())
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        yield consumer_pb2.ResultBatch()
+
+
+def grpc_consumer(
+    loop: LoopThread, seen: Seen, servicer: consumer_pb2_grpc.ConsumerServicer | None = None
+) -> tuple[str, Callable[[], None]]:
     async def start() -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server()
-        consumer_pb2_grpc.add_ConsumerServicer_to_server(BatchesOnly(seen), server)
+        consumer_pb2_grpc.add_ConsumerServicer_to_server(servicer or BatchesOnly(seen), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         return server, port
@@ -138,7 +179,7 @@ def http_consumer(loop: LoopThread, seen: Seen) -> tuple[str, Callable[[], None]
     return f"http://127.0.0.1:{port}/hook", lambda: loop.run(runner.cleanup())
 
 
-def route(name: str, topic: str, endpoint: str) -> dict[str, object]:
+def route(name: str, topic: str, endpoint: str, *, batch: bool = True) -> dict[str, object]:
     table: dict[str, object] = {
         "name": name,
         "topic": topic,
@@ -147,8 +188,9 @@ def route(name: str, topic: str, endpoint: str) -> dict[str, object]:
         "deadline": "5s",
         "lanes": [{"delay": "300ms"}],
         "dlq_flood_min_batch": 1_000_000,
-        "batch": {"max": 8, "linger": "20ms"},
     }
+    if batch:
+        table["batch"] = {"max": 8, "linger": "20ms"}
     if endpoint.startswith("http"):
         table["auth"] = {"webhook_secret": SECRET}
     return table
@@ -161,8 +203,9 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
     topic_name: Callable[[str], str],
     loop_thread: LoopThread,
 ) -> None:
-    # Given two topics of 20 records each, a batched gRPC route and a batched HTTP route
-    topics = {"grpc": topic_name("bg"), "http": topic_name("bh")}
+    # Given three topics of 20 records each, a batched gRPC route, a batched HTTP route, and a
+    # gRPC route with the defaults to a consumer that serves only DeliverStream
+    topics = {"grpc": topic_name("bg"), "http": topic_name("bh"), "stream": topic_name("bs")}
     client = {"bootstrap.servers": kafka.bootstrap}
     ensure_topics(admin_client(client), [TopicSpec(t) for t in topics.values()])
     producer = Producer(client)
@@ -170,16 +213,21 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
         for key in KEYS:
             producer.produce(topic, key=key, value=VALUES.get(key, b"plain"))
     assert producer.flush(10) == 0
-    seen = {"grpc": Seen(), "http": Seen()}
+    seen = {"grpc": Seen(), "http": Seen(), "stream": Seen()}
+    old_consumer = StreamOnly(seen["stream"])
     endpoints = {
         "grpc": grpc_consumer(loop_thread, seen["grpc"]),
         "http": http_consumer(loop_thread, seen["http"]),
+        "stream": grpc_consumer(loop_thread, seen["stream"], old_consumer),
     }
-    routes = [route(f"batched-{kind}", topics[kind], endpoints[kind][0]) for kind in topics]
-    first, second = (
+    routes = [
+        route(f"batched-{kind}", topics[kind], endpoints[kind][0], batch=kind != "stream")
+        for kind in topics
+    ]
+    first, *others = (
         config_text(kafka.bootstrap, r, checkpoint_dir=tmp_path / "checkpoints") for r in routes
     )
-    config = parse_config(first + "[[route]]" + second.split("[[route]]", 1)[1])
+    config = parse_config(first + "".join("[[route]]" + o.split("[[route]]", 1)[1] for o in others))
 
     # When siding runs both routes
     try:
@@ -212,11 +260,18 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
         for _, stop in endpoints.values():
             stop()
 
+    # Then the consumer without DeliverBatches was asked for it once per connection, and
+    # every record went to it one per message on DeliverStream
+    asks = Counter(old_consumer.batch_asks)
+    assert asks and set(asks.values()) == {1}, asks
+    assert set(asks) <= set(old_consumer.stream_peers)
+    assert seen["stream"].batches and set(seen["stream"].batches) == {1}
     for kind, r in zip(topics, config.routes, strict=True):
         got = seen[kind]
         # Then the records travelled together: some frame or request held several
-        assert max(got.batches) > 1, got.batches
-        assert max(got.batches) <= 8
+        if kind != "stream":
+            assert max(got.batches) > 1, got.batches
+            assert max(got.batches) <= 8
         # And each record met its own fate: every ack delivered once, from the main lane
         by_key: dict[bytes, list[Delivery]] = {}
         for d in got.deliveries:

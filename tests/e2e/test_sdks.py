@@ -228,10 +228,14 @@ def _route(name: str, topic: str, route: Route) -> dict[str, object]:
         "dlq_flood_min_batch": 1_000_000,
         "park": {"enabled": False},  # answers are instant: one streaming query fewer per route
     }
-    if route.batched:
+    if not route.batched:
+        config["batch"] = False  # one delivery per call, switched off explicitly
+    else:
         # Batched routes also go gzipped, every body and message (docs/sdks.md, "Compressed
-        # deliveries"): Java's gRPC server and Node's webhook server decode them here.
-        config["batch"] = BATCH
+        # deliveries"): Java's gRPC server and Node's webhook server decode them here. A gRPC
+        # route batches by default (docs/batch.md): its batched route has no batch key.
+        if http:
+            config["batch"] = BATCH
         config["compression"] = "gzip"
         config["compress_above"] = 0
     if http:

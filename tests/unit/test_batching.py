@@ -50,6 +50,20 @@ async def test_linger_zero_still_gathers_the_sends_of_one_turn_of_the_loop() -> 
     assert flushed == [["a", "b", "c"]]
 
 
+async def test_linger_zero_never_waits_and_leaves_nothing_scheduled() -> None:
+    g, flushed = gatherer(max_items=10, linger_s=0.0)
+    g.add("a", 1)
+    await asyncio.sleep(0)  # one turn: the lone item left, no batch-mate awaited
+    assert flushed == [["a"]]
+    g.add("b", 1)
+    g.add("c", 1)
+    await asyncio.sleep(0)
+    assert flushed == [["a"], ["b", "c"]]
+    for _ in range(5):  # an empty gatherer schedules nothing: it does not spin
+        await asyncio.sleep(0)
+    assert g._timer is None and flushed == [["a"], ["b", "c"]]
+
+
 async def test_a_batch_never_grows_past_its_bytes_and_a_big_item_goes_alone() -> None:
     g, flushed = gatherer(max_items=10, max_bytes=100)
     g.add("a", 60)

@@ -176,3 +176,17 @@ def test_the_pc_table_shows_parallel_consumer_over_http_only_where_it_ran() -> N
         "| pc_table_key10000 | 10 | seconds, Parallel Consumer over HTTP |  | n/a |  |",
     ]
     assert "Parallel Consumer over the network not run: PeerUnavailable: no java" in text
+
+
+def test_the_memory_section_has_a_column_per_system_siding_first() -> None:
+    entries = [
+        {"name": "hol", "messages": 3000, "peak_rss_mb": {"siding": 1700}},
+        {"name": "hol_peers", "messages": 3000,
+         "peak_rss_mb": {"siding": 1650, "Redpanda Connect": 60, "share group": 210}},
+        {"name": "cost", "messages": 1, "error": "x"},  # no peak: no row
+    ]  # fmt: skip
+    text = markdown(build_report("m", entries, 1.0, 0.0))
+    assert "### Memory" in text
+    assert "| workload | siding | Redpanda Connect | share group |" in text
+    assert "| hol | 1700 | n/a | n/a |" in text
+    assert "| hol_peers | 1650 | 60 | 210 |" in text

@@ -75,46 +75,49 @@ def test_lanes_become_model_lanes_with_the_route_deadline_as_default() -> None:
     )
 
 
+GRPC, HTTP = "grpc://127.0.0.1:50051", "http://127.0.0.1:8080/hook"
+
+
 @pytest.mark.parametrize(
     ("line", "endpoint", "expected"),
     [
-        ("", "grpc://127.0.0.1:50051", None),
-        (
-            'batch = { max = 64, linger = "5ms" }',
-            "grpc://127.0.0.1:50051",
-            ("GrpcBatch", 64, 0.005, 4 << 20),
-        ),
-        ("batch = {}", "grpc://127.0.0.1:50051", ("GrpcBatch", 64, 0.005, 4 << 20)),
+        # the default: a gRPC stream batches, sending what is ready (linger 0)
+        ("", GRPC, ("GrpcBatch", 64, 0.0, 4 << 20)),
+        ("batch = true", GRPC, ("GrpcBatch", 64, 0.0, 4 << 20)),
+        ('batch = { max = 64, linger = "5ms" }', GRPC, ("GrpcBatch", 64, 0.005, 4 << 20)),
+        ("batch = {}", GRPC, ("GrpcBatch", 64, 0.0, 4 << 20)),
         (
             'batch = { max = 1000, linger = "1s" }\nmax_message_bytes = 65536',
-            "grpc://127.0.0.1:50051",
+            GRPC,
             ("GrpcBatch", 1000, 1.0, 65536),
         ),
-        (
-            'batch = { max = 1, linger = "0s" }',
-            "http://127.0.0.1:8080/hook",
-            ("HttpBatch", 1, 0.0, 4 << 20),
-        ),
+        # one delivery per call: switched off, unary, or a webhook that did not ask for batches
+        ("batch = false", GRPC, ("GrpcStream",)),
+        ("batch = { enabled = false, max = 8 }", GRPC, ("GrpcStream",)),
+        ('transport = "unary"', GRPC, ("GrpcUnary",)),
+        ('transport = "unary"\nbatch = false', GRPC, ("GrpcUnary",)),
+        ("", HTTP, ("Http",)),
+        ("batch = false", HTTP, ("Http",)),
+        ("batch = true", HTTP, ("HttpBatch", 64, 0.0, 4 << 20)),
+        ('batch = { max = 1, linger = "0s" }', HTTP, ("HttpBatch", 1, 0.0, 4 << 20)),
     ],
 )
-def test_a_batched_route_gets_a_batching_transport(
-    line: str, endpoint: str, expected: tuple[str, int, float, int] | None
+def test_a_route_gets_the_batching_its_config_and_endpoint_say(
+    line: str, endpoint: str, expected: tuple[object, ...]
 ) -> None:
-    text = BASE.replace("grpc://127.0.0.1:50051", endpoint) + line + "\n"
+    text = BASE.replace(GRPC, endpoint) + line + "\n"
     route = parse_config(text, env={}).route[0]
     transport = make_transport(route, route.endpoint[0], 10)
-    limits = batch_limits(route)
-    if expected is None:
-        assert limits is None and route.batch is None
-        assert type(transport).__name__ == "GrpcStreamTransport"
-        return
+    limits = batch_limits(route, route.endpoint[0])
     kind, *numbers = expected
+    assert type(transport).__name__ == f"{kind}Transport"
+    shown = parse_config(text, env={}).redacted_dict()["route"][0]["batch"]
+    if not numbers:
+        assert limits is None and shown is False
+        return
     assert limits is not None
     assert (limits.max_items, limits.linger_s, limits.max_bytes) == tuple(numbers)
-    assert type(transport).__name__ == f"{kind}Transport"
-    assert parse_config(text, env={}).redacted_dict()["route"][0]["batch"]["linger"] == (
-        format_duration(limits.linger_s)
-    )
+    assert shown == {"max": limits.max_items, "linger": format_duration(limits.linger_s)}
 
 
 def test_settings_are_frozen() -> None:

@@ -131,8 +131,10 @@ def test_the_full_example_loads(tmp_path: Path) -> None:
         "orders",
         "refunds",
         "shipments",
+        "trips-hot",
     ]
     assert config.route_named("refunds").subscription == ("subscribe", "refunds-eu,refunds-us")
+    assert config.route_named("trips-hot").subscription == ("assign", '{"trips": [5]}')
     shipments = config.route_named("shipments")
     assert shipments.reads("shipments-2") and not shipments.reads("siding.shipments-x.dlq")
     orders = config.route_named("orders")

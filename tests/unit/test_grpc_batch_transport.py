@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import grpc
 import grpc.aio
@@ -20,6 +22,10 @@ from siding.transport.grpc_common import ChannelSpec
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 Context = grpc.aio.ServicerContext[object, object]
+if TYPE_CHECKING:  # generic in grpc's stubs only
+    _Handler = grpc.GenericRpcHandler[consumer_pb2.Delivery, consumer_pb2.Result]
+else:
+    _Handler = grpc.GenericRpcHandler
 LIMITS = BatchLimits(max_items=8, linger_s=0.01, max_bytes=4 << 20)
 ODD = bytes(range(256))  # every byte value, NUL and 0xff included
 
@@ -131,32 +137,56 @@ async def test_a_consumer_that_dies_with_a_frame_makes_each_delivery_a_suspect()
         assert (await t.send(delivery(3), 5)).kind is OutcomeKind.ACK
 
 
-async def only_stream(
-    requests: AsyncIterator[consumer_pb2.Delivery], _context: Context
-) -> AsyncIterator[consumer_pb2.Result]:
-    async for d in requests:
-        yield consumer_pb2.Result(delivery_id=d.id, verdict=consumer_pb2.VERDICT_ACK)
+class StreamOnly(_Handler):
+    """A consumer that knows only ``DeliverStream`` (gRPC itself answers UNIMPLEMENTED to the
+    rest); counts the calls asked for, by method, and the deliveries it handled, by id."""
+
+    def __init__(self) -> None:
+        self.asked: Counter[str] = Counter()
+        self.handled: Counter[str] = Counter()
+        self._inner = grpc.method_handlers_generic_handler(
+            "siding.v1.Consumer",
+            {
+                "DeliverStream": grpc.stream_stream_rpc_method_handler(
+                    self.stream,
+                    request_deserializer=consumer_pb2.Delivery.FromString,
+                    response_serializer=consumer_pb2.Result.SerializeToString,
+                )
+            },
+        )
+
+    def service(
+        self, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[consumer_pb2.Delivery, consumer_pb2.Result] | None:
+        self.asked[details.method.rsplit("/", 1)[-1]] += 1
+        return self._inner.service(details)
+
+    async def stream(
+        self, requests: AsyncIterator[consumer_pb2.Delivery], _context: Context
+    ) -> AsyncIterator[consumer_pb2.Result]:
+        async for d in requests:
+            self.handled[d.id] += 1
+            yield consumer_pb2.Result(delivery_id=d.id, verdict=consumer_pb2.VERDICT_ACK)
 
 
 async def test_a_consumer_without_deliver_batches_gets_deliver_stream_and_one_log_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    handler = grpc.method_handlers_generic_handler(
-        "siding.v1.Consumer",
-        {
-            "DeliverStream": grpc.stream_stream_rpc_method_handler(
-                only_stream,
-                request_deserializer=consumer_pb2.Delivery.FromString,
-                response_serializer=consumer_pb2.Result.SerializeToString,
-            )
-        },
-    )
+    handler = StreamOnly()
     caplog.set_level(logging.WARNING, "siding.transport.grpc_batch")
     async with served(handler) as target, batching(target) as t:
         first = await asyncio.gather(*(t.send(delivery(n), 5) for n in range(10)))
         again = await asyncio.gather(*(t.send(delivery(n), 5) for n in range(10, 20)))
         assert not t.batching
-    assert {o.kind for o in first + again} == {OutcomeKind.ACK}  # no attempt spent, no suspect
+        # a stream that broke later is opened again on DeliverStream: batching is not asked anew
+        for stream in t._streams:
+            stream.fail(RuntimeError("the consumer went away"))
+        last = await asyncio.gather(*(t.send(delivery(n), 5) for n in range(20, 30)))
+    assert {o.kind for o in first + again + last} == {OutcomeKind.ACK}  # no attempt spent
+    # DeliverBatches was asked once; every delivery reached the consumer exactly once
+    assert handler.asked["DeliverBatches"] == 1
+    assert handler.asked["DeliverStream"] == 2
+    assert handler.handled == Counter(f"orders/0/{n}" for n in range(30))
     # siding's own lines only: grpc's asyncio poller may log a callback error under load
     lines = [r.getMessage() for r in caplog.records if r.name == "siding.transport.grpc_batch"]
     assert len(lines) == 1 and "does not implement DeliverBatches" in lines[0]

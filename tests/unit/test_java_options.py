@@ -31,3 +31,15 @@ def test_without_them_spark_gets_only_the_log_settings(monkeypatch: pytest.Monke
     options = session_conf("local[2]")["spark.driver.extraJavaOptions"]
     assert options.startswith("-Dlog4j2.configurationFile=file:")
     assert " " not in options
+
+
+def test_spark_status_store_is_bounded_unless_the_config_says_otherwise() -> None:
+    # Spark keeps 1,000 jobs, stages and SQL executions and 100,000 tasks by default, UI off or on
+    conf = session_conf("local[2]")
+    assert conf["spark.ui.retainedJobs"] == "100"
+    assert conf["spark.ui.retainedStages"] == "100"
+    assert conf["spark.ui.retainedTasks"] == "10000"
+    assert conf["spark.sql.ui.retainedExecutions"] == "100"
+    mine = session_conf("local[2]", ui=True, extra={"spark.ui.retainedJobs": "500"})
+    assert mine["spark.ui.retainedJobs"] == "500"
+    assert mine["spark.sql.ui.retainedExecutions"] == "100"

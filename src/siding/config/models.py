@@ -15,6 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from siding.config.fields import Count, Duration, Number, PositiveDuration, Problem
 from siding.config.http_request import HttpConfig
 from siding.config.paging import DlqPageConfig, shown_url
+from siding.config.pins import (
+    PinsGiven,
+    assign_option,
+    describe_pins,
+    overlap_message,
+    parse_pins,
+    pins_of,
+    pins_problem,
+    shared_partitions,
+)
 from siding.config.sections import (
     ControlConfig,
     FenceConfig,
@@ -196,14 +206,16 @@ MAX_LINGER_S = 1.0
 
 
 class BatchConfig(BaseModel):
-    """``batch = { max = 64, linger = "5ms" }``: many deliveries per gRPC frame or HTTP request
+    """``batch = { max = 64, linger = "0s" }``: many deliveries per gRPC frame or HTTP request
     (docs/batch.md). A batch leaves when it holds ``max`` deliveries or its oldest has waited
-    ``linger``."""
+    ``linger`` (0: what is ready leaves at once). ``batch = false`` (``enabled = false``) sends
+    one delivery per call; ``batch = true`` is the defaults."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
+    enabled: bool = True
     max: Count = Field(default=64, ge=1, le=MAX_BATCH)
-    linger: Duration = 0.005
+    linger: Duration = 0.0
 
     @field_validator("linger")
     @classmethod
@@ -212,6 +224,9 @@ class BatchConfig(BaseModel):
             raise ValueError(f"must be at most {MAX_LINGER_S:g}s (a batch waits at most this long)")
         return value
 
+
+# What a gRPC stream route without a ``batch`` key gets (docs/batch.md, "The default").
+DEFAULT_BATCH = BatchConfig()
 
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
 DEFAULT_PROGRESS_EVERY = 100
@@ -241,6 +256,8 @@ class RouteConfig(BaseModel):
     topic: str | None = None
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
+    # Only these partitions of the source (Spark's assign): a list, or a table by topic.
+    partitions: PinsGiven | None = None
     group: str = Field(min_length=1, max_length=255)
     ordering: Ordering = Ordering.UNORDERED
     endpoint: tuple[Endpoint, ...] = ()
@@ -271,6 +288,7 @@ class RouteConfig(BaseModel):
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
+    # None: the default, batched on a gRPC stream, one per request over HTTP (``batching``).
     batch: BatchConfig | None = None
     # Webhooks only: the method, static headers and Idempotency-Key (docs/webhooks.md).
     http: HttpConfig = HttpConfig()
@@ -358,6 +376,11 @@ class RouteConfig(BaseModel):
             raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
         return value
 
+    @field_validator("partitions", mode="before")
+    @classmethod
+    def _partitions(cls, value: Any) -> PinsGiven | None:
+        return parse_pins(value)
+
     @field_validator("outputs")
     @classmethod
     def _outputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -371,6 +394,15 @@ class RouteConfig(BaseModel):
                 raise ValueError(f"{topic!r} is one of siding's own topics (siding.*)")
         if len(set(value)) < len(value):
             raise ValueError("a topic is listed twice")
+        return value
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch_switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {"enabled": value}
+        if value is not None and not isinstance(value, Mapping | BatchConfig):
+            raise ValueError("expected a table, or true / false")
         return value
 
     @field_validator("endpoint", mode="before")
@@ -404,6 +436,12 @@ class RouteConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RouteConfig:
+        if self.partitions is not None:
+            problem = pins_problem(
+                self.partitions, topic=self.topic, topics=self.topics, pattern=self.topic_pattern
+            )
+            if problem is not None:
+                raise problem
         if self.dlq is not None and self.reads(self.dlq):
             which = "the source topic" if self.topic is not None else "a source topic of the route"
             raise Problem(("dlq",), f"the DLQ must not be {which}")
@@ -431,11 +469,12 @@ class RouteConfig(BaseModel):
             raise Problem(("endpoint",), "an endpoint is listed twice")
         if "transport" in self.model_fields_set and not first.is_grpc:
             raise Problem(("transport",), "only applies to gRPC endpoints")
-        if self.batch is not None and first.is_grpc and self.transport == "unary":
+        asked = self.batch is not None and self.batch.enabled
+        if asked and first.is_grpc and self.transport == "unary":
             raise Problem(("batch",), "batched delivery needs transport = 'stream' (the default)")
         if "http" in self.model_fields_set and first.is_grpc:
             raise Problem(("http",), "only for HTTP endpoints")
-        if self.batch is not None and not first.is_grpc:
+        if asked and not first.is_grpc:
             for n, endpoint in enumerate(self.endpoint):
                 if not endpoint.url_template().is_static:
                     where = ("endpoint", n) if len(self.endpoint) > 1 else ("endpoint",)
@@ -467,6 +506,22 @@ class RouteConfig(BaseModel):
         """The one source topic of a ``topic = "..."`` route; ``None`` otherwise."""
         return self.topic
 
+    @property
+    def pins(self) -> dict[str, tuple[int, ...]]:
+        """Source topic -> the partitions the route is pinned to; empty when it reads every
+        partition of its sources."""
+        return pins_of(self.partitions, self.topic)
+
+    def pinned(self, topic: str) -> tuple[int, ...] | None:
+        """The partitions of ``topic`` the route reads, or ``None`` for every one."""
+        return self.pins.get(topic)
+
+    def only_pinned(self, topic: str, by_partition: Mapping[int, Any]) -> dict[int, Any]:
+        """Pure: the entries of ``by_partition`` (partition -> anything) of ``topic`` that
+        the route reads (all of them when it is not pinned)."""
+        pinned = self.pinned(topic)
+        return {p: v for p, v in by_partition.items() if pinned is None or p in pinned}
+
     def reads(self, topic: str) -> bool:
         """Pure: whether ``topic`` is one of this route's sources (a pattern matches the whole
         name, as Kafka's ``subscribePattern`` does)."""
@@ -482,8 +537,10 @@ class RouteConfig(BaseModel):
 
     @property
     def subscription(self) -> tuple[str, str]:
-        """Spark's Kafka source option for the route's source: ``("subscribe", "a,b")`` or
-        ``("subscribePattern", regex)``."""
+        """Spark's Kafka source option for the route's source: ``("subscribe", "a,b")``,
+        ``("subscribePattern", regex)``, or ``("assign", '{"a": [0, 1]}')`` when pinned."""
+        if self.pins:
+            return ("assign", assign_option(self.pins))
         if self.topic_pattern is not None:
             return ("subscribePattern", self.topic_pattern)
         return ("subscribe", ",".join(self.source_topics))
@@ -491,10 +548,23 @@ class RouteConfig(BaseModel):
     @property
     def source_label(self) -> str:
         """The source for people: ``orders``, ``orders,refunds`` or ``pattern:orders-.*``
-        (also what a checkpoint's owner file records)."""
+        (also what a checkpoint's owner file records); pinned: ``orders[0,2]``."""
+        if self.pins:
+            return describe_pins(self.pins)
         if self.topic_pattern is not None:
             return f"pattern:{self.topic_pattern}"
         return ",".join(self.source_topics)
+
+    def batching(self, endpoint: Endpoint) -> BatchConfig | None:
+        """Pure: how deliveries to ``endpoint`` are gathered, or ``None`` for one per call.
+        Without a ``batch`` key a gRPC stream batches (a consumer without ``DeliverBatches``
+        gets ``DeliverStream``) and HTTP does not (a webhook that does not read the batch
+        envelope would take a batch for one event: docs/batch.md, "The default")."""
+        if self.batch is not None:
+            return self.batch if self.batch.enabled else None
+        if endpoint.is_grpc and self.transport == "stream":
+            return DEFAULT_BATCH
+        return None
 
     @property
     def message_limit(self) -> int:
@@ -536,6 +606,11 @@ class RouteConfig(BaseModel):
             del data["transport"]
         if self.endpoint and self.endpoint[0].is_grpc:
             del data["http"]
+        if self.endpoint:  # the batching in effect, the default's included
+            batching = self.batching(self.endpoint[0])
+            data["batch"] = (
+                False if batching is None else batching.model_dump(mode="json", exclude={"enabled"})
+            )
         if self.dlq_page is not None:
             data["dlq_page"]["url"] = shown_url(self.dlq_page.url)
         return data
@@ -552,16 +627,27 @@ class RouteConfig(BaseModel):
         )
 
 
-def shares_source(one: RouteConfig, two: RouteConfig) -> bool:
-    """Pure: whether two routes would commit the same group's offsets of a topic: the same
-    group, and a topic one names that the other reads (or the same pattern)."""
+SAME_SOURCE = "another route has the same topic and group"
+
+
+def source_clash(one: RouteConfig, two: RouteConfig) -> str | None:
+    """Pure: why two routes may not run together, or ``None``: both would commit the same
+    group's offsets of a partition (the same group, a topic one names that the other reads or
+    the same pattern, and partitions both read: a pin disjoint from the other's is fine)."""
     if one.group != two.group:
-        return False
+        return None
     if one.topic_pattern is not None and one.topic_pattern == two.topic_pattern:
-        return True
-    return any(two.reads(t) for t in one.source_topics) or any(
-        one.reads(t) for t in two.source_topics
-    )
+        return SAME_SOURCE
+    shared = [t for t in one.source_topics if two.reads(t)]
+    shared += [t for t in two.source_topics if one.reads(t) and t not in shared]
+    for topic in shared:
+        first, second = one.pinned(topic), two.pinned(topic)
+        both = shared_partitions(first, second)
+        if both is None:
+            return SAME_SOURCE
+        if both:
+            return overlap_message((one.name, first), (two.name, second), topic, one.group)
+    return None
 
 
 class SidingConfig(BaseModel):
@@ -592,12 +678,17 @@ class SidingConfig(BaseModel):
                     "required key is missing (consumer instances could join the route only"
                     " through the control API, which [control] listen turns off)",
                 )
-            if any(shares_source(other, route) for other in self.route[:i]):
-                raise Problem(("route", i, "group"), "another route has the same topic and group")
+            for earlier in self.route[:i]:
+                clash = source_clash(earlier, route)
+                if clash is not None:
+                    key = "partitions" if route.pins and clash != SAME_SOURCE else "group"
+                    raise Problem(("route", i, key), clash)
             # Kafka refuses topic names that differ only in '.' versus '_' (metric names collide).
             other = names.get(route.name.replace(".", "_"))
             if other == route.name:
-                raise Problem(("route", i, "name"), f"another route is named {route.name!r}")
+                hint = " (routes pinned to partitions of one topic need names of their own)"
+                message = f"another route is named {route.name!r}{hint if route.pins else ''}"
+                raise Problem(("route", i, "name"), message)
             if other is not None:
                 message = (
                     f"differs from route {other!r} only in '.' versus '_': Kafka topic names clash"

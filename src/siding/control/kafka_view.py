@@ -99,12 +99,19 @@ class RouteTopics:
     dlq: str
     pattern: str | None = None  # topic_pattern: its matching topics are looked up each poll
     live: str = ""  # the workers' in-flight reports
+    # A pinned route's partitions by source topic (route.partitions); empty: every partition.
+    pins: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def source_topics(self, existing: Iterable[str]) -> tuple[str, ...]:
         """Pure: the source topics to poll, given the names of the topics that exist."""
         if self.pattern is None:
             return self.sources
         return tuple(sorted(t for t in existing if re.fullmatch(self.pattern, t)))
+
+    def reads(self, topic: str, partition: int) -> bool:
+        """Pure: whether the route reads ``partition`` of its source ``topic``."""
+        pinned = dict(self.pins).get(topic)
+        return pinned is None or partition in pinned
 
 
 def route_topics(route: RouteConfig) -> RouteTopics:
@@ -119,6 +126,7 @@ def route_topics(route: RouteConfig) -> RouteTopics:
         owned.dlq.name,
         route.topic_pattern,
         owned.state(naming.LIVE).name,
+        tuple(route.pins.items()),
     )
 
 
@@ -359,6 +367,7 @@ class KafkaView:
             lag
             for source in topics.source_topics(existing)
             for lag in self._lags(clients.group, source)
+            if topics.reads(source, lag.partition)
         ]
         lanes = []
         for label, topic in topics.lanes:

@@ -66,7 +66,9 @@ def replay_record(letter: Letter, target: Target, route: RouteConfig, now_ms: in
     if target is Target.ORIGIN:
         kept = tuple((n, v) for n, v in own if n != REPLAY_OF)
         replay_of = (REPLAY_OF, told.origin.delivery_id.encode())
-        return OutRecord(origin_topic(letter, route), letter.key, letter.value, (*kept, replay_of))
+        topic = origin_topic(letter, route)
+        partition = origin_partition(route, topic, told.origin.partition)
+        return OutRecord(topic, letter.key, letter.value, (*kept, replay_of), partition)
     origin = told.origin
     delivery = Delivery(
         id=origin.delivery_id,
@@ -113,6 +115,17 @@ def origin_topic(letter: Letter, route: RouteConfig) -> str:
             f" origin topic {told.origin.topic} ({route.source_label})"
         )
     return told.origin.topic
+
+
+def origin_partition(route: RouteConfig, topic: str, partition: int) -> int | None:
+    """Pure: the partition ``--to origin`` writes a letter to: for a route pinned to
+    partitions of ``topic``, its origin partition when the route reads it, else the route's first
+    pinned partition (never one another route of the group reads); otherwise ``None`` (by key, as
+    any producer)."""
+    pinned = route.pinned(topic)
+    if pinned is None:
+        return None
+    return partition if partition in pinned else pinned[0]
 
 
 def destination(target: Target, route: RouteConfig) -> str:

@@ -105,8 +105,9 @@ def read_records(
             error = message.error()
             partition = message.partition()
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF and partition in ends:
-                    ends.pop(partition)
+                if error.code() == KafkaError._PARTITION_EOF:
+                    # also for a partition already read to its last record: no error
+                    ends.pop(partition or 0, None)
                     continue
                 raise KafkaAdminError(f"reading {topic}: {error.str()}")
             partition = partition or 0

@@ -68,7 +68,8 @@ def refusal(route: RouteConfig, endpoint: Endpoint) -> str | None:
     """Why ``endpoint`` cannot serve ``route`` (its client certificates need TLS, its batches
     one URL), or ``None``."""
     auth = route.auth
-    if route.batch is not None and not endpoint.is_grpc and not endpoint.url_template().is_static:
+    batched = route.batching(endpoint) is not None
+    if batched and not endpoint.is_grpc and not endpoint.url_template().is_static:
         return (
             f"route {route.name} sends batches: join with an address without placeholders (a URL"
             " template needs one request per record)"

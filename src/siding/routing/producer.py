@@ -18,6 +18,8 @@ class OutRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    # None: the producer's partitioner chooses (by key).
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,7 @@ class DurableProducer:
                         value=record.value,
                         headers=list(record.headers),
                         on_delivery=callback,
+                        partition=_placed(record),
                     )
                     break
                 except BufferError:
@@ -164,3 +167,9 @@ class DurableProducer:
         if old is not None:
             old.purge()
             old.flush(0)
+
+
+def _placed(record: OutRecord) -> int:
+    """The ``partition`` argument of a record placed by its writer; -1 (librdkafka's
+    ``RD_KAFKA_PARTITION_UA``): the partitioner chooses, by key."""
+    return -1 if record.partition is None else record.partition

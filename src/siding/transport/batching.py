@@ -37,7 +37,9 @@ class Gatherer(Generic[T]):
 
     Two items with the same ``key`` never share a batch (an answer names its delivery by id, so
     two copies in one batch could not be told apart): the second starts the next batch.
-    Synchronous; the linger timer runs on the event loop that added the first item.
+    Synchronous; the linger timer runs on the event loop that added the first item. A linger of
+    0 never waits: the batch leaves on the loop's next turn with the items added before it
+    (one callback per batch, nothing that re-arms itself).
     """
 
     def __init__(self, limits: BatchLimits, flush: Callable[[list[T]], None]) -> None:
@@ -46,7 +48,7 @@ class Gatherer(Generic[T]):
         self._items: list[T] = []
         self._keys: set[Hashable] = set()
         self._bytes = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -62,7 +64,10 @@ class Gatherer(Generic[T]):
             self.flush_now()
         elif self._timer is None:
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.limits.linger_s, self.flush_now)
+            if self.limits.linger_s > 0:
+                self._timer = loop.call_later(self.limits.linger_s, self.flush_now)
+            else:  # the next turn of the loop: what was started in this one goes together
+                self._timer = loop.call_soon(self.flush_now)
 
     def flush_now(self) -> None:
         """Hand over what is gathered (nothing when empty)."""

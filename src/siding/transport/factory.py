@@ -36,13 +36,15 @@ def client_tls(route: RouteConfig) -> ClientTls | None:
 HTTP_BATCH_BYTES = 4 * 1024 * 1024
 
 
-def batch_limits(route: RouteConfig) -> BatchLimits | None:
-    """How the route's deliveries are gathered, or ``None`` when it does not batch. A gRPC frame
-    stays within the channel's send limit, which ``max_message_bytes`` sets."""
-    if route.batch is None:
+def batch_limits(route: RouteConfig, endpoint: Endpoint) -> BatchLimits | None:
+    """How the route's deliveries to ``endpoint`` are gathered, or ``None`` when they go one per
+    call (``RouteConfig.batching``: a gRPC stream batches by default). A gRPC frame stays within
+    the channel's send limit, which ``max_message_bytes`` sets."""
+    batching = route.batching(endpoint)
+    if batching is None:
         return None
     max_bytes = route.message_limit or HTTP_BATCH_BYTES
-    return BatchLimits(route.batch.max, route.batch.linger, max_bytes)
+    return BatchLimits(batching.max, batching.linger, max_bytes)
 
 
 def compression(route: RouteConfig) -> Compression:
@@ -88,7 +90,7 @@ def webhook_spec(route: RouteConfig, endpoint: Endpoint, max_connections: int) -
 
 def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int) -> Transport:
     """A new transport for one endpoint; the caller owns it (reuse it, close it)."""
-    limits = batch_limits(route)
+    limits = batch_limits(route, endpoint)
     if endpoint.is_grpc:
         from siding.transport.grpc_stream import GrpcStreamTransport
         from siding.transport.grpc_unary import GrpcUnaryTransport

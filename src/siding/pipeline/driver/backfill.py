@@ -116,7 +116,8 @@ def plan_state(
     topics = moves.source_topics(config, route)
     if not topics:
         raise BackfillError(f"route {route.name}: no source topic exists ({route.source_label})")
-    extent = {t: extents(client_conf, t) for t in topics}
+    # A pinned route backfills its own partitions only.
+    extent = {t: route.only_pinned(t, extents(client_conf, t)) for t in topics}
     for bound in (start, end):
         check_partitions(bound, extent)
     by_time: dict[tuple[str, int], Mapping[int, int | None]] = {}

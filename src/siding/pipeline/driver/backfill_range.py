@@ -136,11 +136,16 @@ def _position(
 
 
 def check_partitions(bound: Bound, extents: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
-    """Offsets naming a partition a topic does not have are an error, not ignored."""
+    """Offsets naming a partition a topic does not have (or a pinned route does not read:
+    ``extents`` holds its partitions only) are an error, not ignored."""
     for topic, named in bound.offsets.items():
         for partition in named:
-            if partition not in extents.get(topic, {}):
-                raise BackfillError(f"offsets {bound.text!r}: {topic} has no partition {partition}")
+            if partition not in (known := extents.get(topic, {})):
+                read = ", ".join(str(p) for p in sorted(known)) or "none"
+                raise BackfillError(
+                    f"offsets {bound.text!r}: {topic} has no partition {partition} the route"
+                    f" reads (it reads {read})"
+                )
 
 
 def chunks(

@@ -35,13 +35,15 @@ def starting(
     lane: int,
 ) -> str:
     """``startingOffsets`` of a query reading ``topics``; ``known``: partitions of the topics
-    present at the route's start (a topic it created has ``partitions``)."""
+    present at the route's start (a topic it created has ``partitions``). A pinned route's
+    source names only its partitions (Spark wants exactly those its ``assign`` names)."""
     if (checkpoint / "offsets").exists():
         return "earliest"  # ignored by Spark: the checkpoint is the source of truth
     fallback = route.starting_offsets if lane == 0 else "earliest"
     if len(topics) == 1:
         committed = committed_offsets(client_conf, route.group, topics[0])
-        return starting_offsets(topics[0], partitions, committed, fallback)
+        read = route.pinned(topics[0]) or partitions
+        return starting_offsets(topics[0], read, committed, fallback)
     # The sources from the group or the route's setting; the hold topic from the group or
     # its beginning (what it holds was committed away from the source).
     return starting_offsets_of(
@@ -52,7 +54,7 @@ def starting(
             )
             for t in topics
         },
-        {t: known.get(t, partitions) for t in topics},
+        {t: route.pinned(t) or known.get(t, partitions) for t in topics},
     )
 
 

@@ -21,10 +21,11 @@ from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
-from siding.pipeline.driver.fence import RouteFence
+from siding.pipeline.driver.fence import RouteFence, driver_id
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.pager import DlqPager
 from siding.pipeline.driver.park_batch import ParkBatchHandler
+from siding.pipeline.driver.pin_claims import PinClaims
 from siding.pipeline.driver.progress_store import ProgressStore
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.driver.source import end_offsets, main_subscription
@@ -108,6 +109,7 @@ class RouteRuntime:
         self._tails: list[TopicTail] = []
         self.pager: DlqPager | None = None
         self.fence: RouteFence | None = None
+        self.pin_claims = PinClaims(config.kafka.client_config(), route, driver or driver_id())
         if config.fenced:
             self.fence = RouteFence(
                 config.kafka.client_config(), route.name, config.fence, driver, self._fence_lost
@@ -163,6 +165,12 @@ class RouteRuntime:
     def _prepare(self) -> None:
         self._prepared = topics.prepare(self._admin, self.route, fenced=self.fence is not None)
         self.partitions = self._prepared.partitions
+
+    def _claim_pins(self) -> None:
+        """Refuse to overlap the pins of routes running in other siding processes; claim the
+        route's own (``pin_claims``; a standby, after it took the fence)."""
+        assert self._prepared is not None
+        self.pin_claims.open(self._prepared.present)
 
     def _record_owner(self) -> None:
         if self._claim is not None:
@@ -226,7 +234,9 @@ class RouteRuntime:
                 tracing=self.tracing,
             )
             subscribe, topic = (
-                main_subscription(route, held) if lane == 0 else ("subscribe", read[0])
+                main_subscription(route, held, self.partitions)
+                if lane == 0
+                else ("subscribe", read[0])
             )
             reads = (*read, *held) if lane == 0 else read
             self._start_query(spark, lane, topic, reads, handler, subscribe=subscribe)
@@ -396,6 +406,7 @@ class RouteRuntime:
             lock.release()
         if self.fence is not None:
             self.fence.release()
+        self.pin_claims.close()
         # Last: its final page (up to ``pager.STOP_WAIT_S``) writes nothing to Kafka, so a
         # standby need not wait for it; after the queries, whose last letters are on it.
         pager, self.pager = self.pager, None
@@ -505,6 +516,7 @@ _PREPARE_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
 )
 _CLAIM_STEPS: tuple[Callable[[RouteRuntime], None], ...] = (
     RouteRuntime._take_fence,
+    RouteRuntime._claim_pins,
     RouteRuntime._record_owner,
     RouteRuntime._reconcile,
 )

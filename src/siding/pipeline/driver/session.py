@@ -28,6 +28,14 @@ def task_slots(route: RouteConfig, partitions: int) -> int:
     return main + (len(route.lanes) + (1 if route.parks else 0)) * partitions
 
 
+STATUS_STORE_BOUNDS = {
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+    "spark.sql.ui.retainedExecutions": "100",
+}
+
+
 def effective_master(master: str, slots_needed: int, cores: int) -> str:
     """``local[*]`` means "enough task slots for every lane at once, at least one per core".
 
@@ -68,6 +76,12 @@ def session_conf(
         "spark.sql.adaptive.enabled": "false",
         # Retry lanes and the main lane share the executors; no query may starve the others.
         "spark.scheduler.mode": "FAIR",
+        # Spark's status store keeps finished jobs, stages, tasks and SQL executions in the
+        # driver's heap even with the UI off (Spark's defaults: 1,000, 1,000, 100,000, 1,000);
+        # every trigger of every query adds some, so that part of the heap grows until the
+        # limits are reached (the 10-minute soak had not reached them). siding reads none of it
+        # (docs/operations.md, "Memory"); [spark].conf can set them back.
+        **STATUS_STORE_BOUNDS,
     }
     if local:
         conf.update(

@@ -8,6 +8,7 @@ from typing import Any
 
 from siding import naming
 from siding.config import RouteConfig
+from siding.config.pins import missing_partitions
 from siding.errors import RouteStopped
 from siding.kafka.admin import TopicSpec, ensure_topics, existing_topics, topic_config
 from siding.model import Ordering
@@ -78,6 +79,15 @@ def held_topics(route: RouteConfig, present: Mapping[str, int] | set[str]) -> tu
     return ()
 
 
+def absent_partition_line(route: str, topic: str, partition: int, count: int) -> str:
+    """Pure: why a route pinned to a partition its topic lacks does not start (one line)."""
+    has = "1 partition: 0" if count == 1 else f"{count} partitions: 0-{count - 1}"
+    return (
+        f"route {route}: pinned partition {partition} of topic {topic} does not exist (the"
+        f" topic has {has}); fix the route's partitions"
+    )
+
+
 def check_sources(route: RouteConfig, present: Mapping[str, int]) -> tuple[str, ...]:
     """The route's source topics that exist now; ``RouteFailed`` when one it names is missing,
     when its pattern matches none yet, or when the pattern matches a topic siding writes for
@@ -89,6 +99,8 @@ def check_sources(route: RouteConfig, present: Mapping[str, int]) -> tuple[str, 
             raise RouteFailed(
                 f"route {route.name}: source {which} {', '.join(missing)} does not exist"
             )
+        if absent := missing_partitions(route.pins, present):
+            raise RouteFailed(absent_partition_line(route.name, *absent[0]))
         return route.source_topics
     own = set(naming.topics_of(route).names)
     own.update(t for t in present if t.startswith(naming.route_prefix(route.name)))

@@ -10,7 +10,11 @@ from siding.model import DeadClass, DeadKind, Delivery, LaneHop, delivery_id
 from siding.routing import story
 from siding.steps import ToDlq
 
-# Columns every lane's batch is reduced to before it is shipped to the tasks.
+# Columns every lane's batch is reduced to before it is shipped to the tasks. Each is of a type
+# pyspark hands over as it was unpickled (strings, numbers, bytes, arrays of them): a column that
+# needs converting (a struct, a timestamp) makes pyspark rebuild every row field by field, and
+# the headers' array of structs cost a Row per header. So a header travels as [key, value],
+# its key UTF-8 bytes (Kafka's header keys are strings), and the timestamp as epoch millis.
 COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "ts_ms")
 SELECT_EXPR = (
     "topic",
@@ -18,7 +22,7 @@ SELECT_EXPR = (
     "offset",
     "key",
     "value",
-    "headers",
+    "transform(headers, h -> array(encode(h.key, 'UTF-8'), h.value)) AS headers",
     "unix_millis(timestamp) AS ts_ms",
 )
 _MALFORMED = DeadClass(DeadKind.MALFORMED)
@@ -43,10 +47,15 @@ class Incoming:
         return ToDlq(self.malformed, self.dead_class)
 
 
+def _name(key: Any) -> str:
+    return key.decode() if isinstance(key, bytes | bytearray) else str(key)
+
+
 def _headers(raw: Sequence[Any] | None) -> list[tuple[str, bytes | None]]:
+    """A row's headers, each ``[key bytes, value]`` (``SELECT_EXPR``) or ``(key, value)``."""
     if not raw:
         return []
-    return [(str(h[0]), bytes(h[1]) if h[1] is not None else None) for h in raw]
+    return [(_name(key), bytes(value) if value is not None else None) for key, value in raw]
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -134,6 +143,8 @@ def incoming(rows: Iterable[Sequence[Any]], lane: int, hold_topic: str = "") -> 
     are due at once, retried ones wait out their lane's delay there."""
     if lane != 0:
         return [retry_lane_delivery(row) for row in rows]
+    if not hold_topic:  # unordered: no row is held (and a Row's [0] is a Python-level call)
+        return [main_lane_delivery(row) for row in rows]
     return [
         retry_lane_delivery(row) if row[0] == hold_topic else main_lane_delivery(row)
         for row in rows

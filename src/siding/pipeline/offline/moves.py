@@ -56,7 +56,8 @@ def _client_conf(config: SidingConfig) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RouteOffsets:
-    """A route's source position as ``offsets show`` and a reset see it."""
+    """A route's source position as ``offsets show`` and a reset see it (a pinned route's
+    partitions only: ``extents`` and ``group`` hold no other)."""
 
     route: RouteConfig
     route_dir: Place
@@ -128,9 +129,9 @@ def look(
     return RouteOffsets(
         route=route,
         route_dir=route_dir,
-        extents=extents(client_conf, source),
+        extents=route.only_pinned(source, extents(client_conf, source)),
         position=offset_log.read_position(route_dir / MAIN),
-        group=committed_positions(client_conf, route.group, source),
+        group=route.only_pinned(source, committed_positions(client_conf, route.group, source)),
         running=None if locked else holder(route_dir),
         pending_move=(route_dir / MOVE_FILE).exists(),
         topic=source,
@@ -294,6 +295,7 @@ def reset(
                 ) from None
             finish_interrupted(route_dir, admin)
         view = look(config, route, locked=execute, topic=topic)
+        _check_pinned(route, view.source, target)
         by_time: Mapping[int, int | None] = {}
         if target.kind == "datetime":
             by_time = offsets_at(client_conf, view.source, sorted(view.extents), target.at_ms)
@@ -319,6 +321,21 @@ def reset(
         return ResetOutcome(view, planned, executed=True, batch=move.batch)
     finally:
         lock.release()
+
+
+def _check_pinned(route: RouteConfig, topic: str, target: positions.Target) -> None:
+    """``--to-offset`` may name only partitions a pinned route reads (the others belong to
+    other routes of its group)."""
+    pinned = route.pinned(topic)
+    if pinned is None or target.kind != "offsets":
+        return
+    for p in sorted(target.offsets):
+        if p not in pinned:
+            pins = ", ".join(str(q) for q in pinned)
+            raise OffsetsError(
+                f"--to-offset: route {route.name} is pinned to partition(s) {pins} of topic"
+                f" {topic}: partition {p} is not its to move"
+            )
 
 
 def _changes(plan: positions.Plan) -> dict[int, tuple[int | None, int]]:
@@ -348,10 +365,11 @@ def _reconcile_topic(
         return
     client_conf = _client_conf(config)
     checkpoint = position.offsets.get(topic, {})
-    group = committed_positions(client_conf, route.group, topic)
+    # A pinned route's partitions only: another route of the group owns the others.
+    group = route.only_pinned(topic, committed_positions(client_conf, route.group, topic))
     verdict = positions.start_verdict(checkpoint, group)
     if verdict.moved:
-        extent = extents(client_conf, topic)
+        extent = route.only_pinned(topic, extents(client_conf, topic))
         view = RouteOffsets(
             route, route_dir, extent, position, group, None, pending_move=False, topic=topic
         )
