@@ -93,12 +93,12 @@ $(STAMPS)/s3proxy: jvm/s3proxy/pom.xml
 	  -DoutputDirectory=$(CURDIR)/.tools/s3proxy
 	@mkdir -p $(STAMPS) && touch $@
 
-# The OpenTelemetry Collector the tracing test exports to (Apache-2.0): built from the
-# collector's Go modules (OTLP receiver, contrib's file exporter; tests/otelcol) into
-# .tools/otelcol (docs/operations.md, "Tracing").
+# The OpenTelemetry Collector the tracing tests export to (Apache-2.0): built from the
+# collector's core Go modules only (the OTLP receiver and the OTLP/HTTP exporter; tests/otelcol)
+# into .tools/otelcol, without debug information (docs/operations.md, "Tracing").
 $(STAMPS)/otelcol: tests/otelcol/go.mod tests/otelcol/go.sum tests/otelcol/main.go
 	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
-	cd tests/otelcol && $(GO) build -trimpath -o $(CURDIR)/.tools/otelcol/siding-otelcol .
+	cd tests/otelcol && $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/.tools/otelcol/siding-otelcol .
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,

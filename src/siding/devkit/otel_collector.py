@@ -1,9 +1,10 @@
 """A real OpenTelemetry Collector on loopback for the tracing tests and benchmark.
 
-Built by ``make setup`` from the collector's Go modules (tests/otelcol: the OTLP receiver and
-contrib's file exporter) into ``.tools/otelcol`` (``$SIDING_OTELCOL`` is used first). It
-receives OTLP/gRPC on a free loopback port and writes every batch of spans it gets as one
-line of OTLP JSON to a file, which ``spans`` reads back (docs/operations.md, "Tracing").
+Built by ``make setup`` from the collector's core Go modules (tests/otelcol: the OTLP receiver
+and the OTLP/HTTP exporter) into ``.tools/otelcol`` (``$SIDING_OTELCOL`` is used first). It
+receives OTLP/gRPC on a free loopback port and exports every batch of spans it gets as one
+OTLP/HTTP request in JSON to a server of this process (``siding.devkit.otlp_sink``), which
+``spans`` reads back (docs/operations.md, "Tracing").
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from siding.devkit.broker import free_ports
+from siding.devkit.otlp_sink import OtlpSink
 from siding.errors import SetupError
 from siding.jvm import checkout
 
@@ -41,29 +43,34 @@ def find_binary() -> Path:
     return binary
 
 
-def collector_config(grpc_port: int, out: Path) -> str:
-    """Pure: the collector's configuration (JSON is YAML): OTLP/gRPC in, a JSON file out,
-    written at once (no batching, no rotation), its own telemetry off."""
+def collector_config(grpc_port: int, sink_url: str) -> str:
+    """Pure: the collector's configuration (JSON is YAML): OTLP/gRPC in, OTLP/HTTP JSON out to
+    ``sink_url``, sent as it comes (no queue, no retry, no compression)."""
+    exporter = {
+        "traces_endpoint": sink_url,
+        "encoding": "json",
+        "compression": "none",
+        "sending_queue": {"enabled": False},
+        "retry_on_failure": {"enabled": False},
+    }
+    traces = {"receivers": ["otlp"], "exporters": ["otlphttp"]}
     return json.dumps(
         {
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"{HOST}:{grpc_port}"}}}},
-            "exporters": {"file": {"path": str(out), "format": "json", "flush_interval": "100ms"}},
-            "service": {
-                "pipelines": {"traces": {"receivers": ["otlp"], "exporters": ["file"]}},
-                "telemetry": {"metrics": {"level": "none"}},
-            },
+            "exporters": {"otlphttp": exporter},
+            "service": {"pipelines": {"traces": traces}},
         }
     )
 
 
-def flat_spans(lines: list[str]) -> list[dict[str, Any]]:
-    """Pure: every span of the file exporter's lines, each with its ``service.name`` and its
-    attributes as a plain dict (``attrs``)."""
+def flat_spans(bodies: list[str]) -> list[dict[str, Any]]:
+    """Pure: every span of the exporter's request bodies (OTLP JSON), each with its
+    ``service.name`` and its attributes as a plain dict (``attrs``)."""
     spans: list[dict[str, Any]] = []
-    for line in lines:
-        if not line.strip():
+    for body in bodies:
+        if not body.strip():
             continue
-        for rs in json.loads(line).get("resourceSpans", []):
+        for rs in json.loads(body).get("resourceSpans", []):
             resource = _attrs(rs.get("resource", {}).get("attributes", []))
             for ss in rs.get("scopeSpans", []):
                 for span in ss.get("spans", []):
@@ -97,16 +104,12 @@ class OtelCollector:
     folder: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
+    sink: OtlpSink | None = None
     _own_folder: bool = False
 
     @property
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
-
-    @property
-    def out(self) -> Path:
-        assert self.folder is not None
-        return self.folder / "spans.json"
 
     @property
     def log(self) -> Path:
@@ -119,16 +122,17 @@ class OtelCollector:
             self.folder = Path(tempfile.mkdtemp(prefix="siding-otelcol-"))
             self._own_folder = True
         (self.port,) = free_ports(1)
-        config = self.folder / "otelcol.json"
-        config.write_text(collector_config(self.port, self.out))
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [str(binary), "--config", f"file:{config}"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
         try:
+            self.sink = OtlpSink().start()
+            config = self.folder / "otelcol.json"
+            config.write_text(collector_config(self.port, self.sink.url))
+            with open(self.log, "ab") as log:
+                self.process = subprocess.Popen(
+                    [str(binary), "--config", f"file:{config}"],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             self._wait_ready(time.monotonic() + timeout_s)
         except BaseException:
             self.stop()
@@ -138,8 +142,9 @@ class OtelCollector:
     def _wait_ready(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
+                tail = self.log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise SetupError(
-                    f"the collector exited ({self.process.returncode}): see {self.log}"
+                    f"the collector exited ({self.process.returncode}): " + " | ".join(tail)
                 )
             with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.5):
                 return
@@ -147,10 +152,8 @@ class OtelCollector:
         raise SetupError(f"the collector did not listen on {self.endpoint} in time: see {self.log}")
 
     def spans(self) -> list[dict[str, Any]]:
-        """Every span the collector has written so far."""
-        if not self.out.exists():
-            return []
-        return flat_spans(self.out.read_text().splitlines())
+        """Every span the collector has exported so far."""
+        return flat_spans(self.sink.bodies()) if self.sink is not None else []
 
     def stop(self) -> None:
         proc, self.process = self.process, None
@@ -163,6 +166,8 @@ class OtelCollector:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(15)
+        if self.sink is not None:  # after the collector: it exports what it has as it stops
+            self.sink.stop()
         if self._own_folder and self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
