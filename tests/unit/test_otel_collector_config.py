@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from siding.devkit.otel_collector import collector_config, flat_spans
 
@@ -20,7 +21,7 @@ def test_the_collector_receives_otlp_grpc_and_exports_json_to_the_sink_as_it_com
     }
 
 
-def _body(service: str, *spans: dict[str, object]) -> str:
+def _body(service: str, *spans: Mapping[str, object]) -> str:
     resource = {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]}
     scope_spans = [{"scope": {"name": "siding"}, "spans": list(spans)}]
     return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": scope_spans}]})
