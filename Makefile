@@ -18,7 +18,7 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # repository).
 SETUP_JOBS ?= 4
 SETUP_STAMPS := $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go \
-  $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/sdk-node $(STAMPS)/sdk-java
+  $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/otelcol $(STAMPS)/sdk-node $(STAMPS)/sdk-java
 
 setup:
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target setup-steps
@@ -106,6 +106,14 @@ $(STAMPS)/s3proxy: jvm/s3proxy/pom.xml
 	rm -rf .tools/s3proxy
 	mvn -q -B -Dstyle.color=never -f jvm/s3proxy/pom.xml dependency:copy-dependencies \
 	  -DoutputDirectory=$(CURDIR)/.tools/s3proxy
+	@mkdir -p $(STAMPS) && touch $@
+
+# The OpenTelemetry Collector the tracing tests export to (Apache-2.0): built from the
+# collector's core Go modules only (the OTLP receiver and the OTLP/HTTP exporter; tests/otelcol)
+# into .tools/otelcol, without debug information (docs/operations.md, "Tracing").
+$(STAMPS)/otelcol: tests/otelcol/go.mod tests/otelcol/go.sum tests/otelcol/main.go
+	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
+	cd tests/otelcol && $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/.tools/otelcol/siding-otelcol .
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,

@@ -27,6 +27,7 @@ from siding.config.sections import (
     SparkConfig,
     cluster_name,
 )
+from siding.config.tracing import TracingConfig
 from siding.config.values import (
     format_duration,
     interpolate,
@@ -63,6 +64,7 @@ __all__ = [
     "Setting",
     "SidingConfig",
     "SparkConfig",
+    "TracingConfig",
     "cluster_name",
     "format_duration",
     "interpolate",

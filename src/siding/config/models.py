@@ -33,6 +33,7 @@ from siding.config.sections import (
     cluster_name,
     fence_on,
 )
+from siding.config.tracing import TracingConfig
 from siding.config.url_template import UrlTemplate, parse_url_template
 from siding.config.values import Scheme, check_webhook_secret, parse_endpoint_url
 from siding.errors import ConfigError
@@ -671,6 +672,7 @@ class SidingConfig(BaseModel):
     spark: SparkConfig = SparkConfig()
     control: ControlConfig = ControlConfig()
     fence: FenceConfig = FenceConfig()
+    tracing: TracingConfig = TracingConfig()
     route: tuple[RouteConfig, ...] = ()
 
     @model_validator(mode="after")

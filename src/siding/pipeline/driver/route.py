@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from siding.pipeline.offline.checkpoint_root import checkpoint_root, route_place
 from siding.pipeline.offline.route_lock import RouteLock
 from siding.pipeline.offline.storage import Place
 from siding.routing.producer import DurableProducer
+from siding.tracing.settings import trace_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,6 +87,7 @@ class RouteRuntime:
         self.standby = standby
         self.stops = stops
         self.config = config
+        self.tracing = trace_settings(config.tracing, os.environ)
         self.sink = sink
         self.stop_event = stop
         self.controls = controls
@@ -253,6 +256,7 @@ class RouteRuntime:
                 fence=self.fence_plan,
                 pager=self.pager,
                 on_flood=self._flood_stop,
+                tracing=self.tracing,
             )
             subscribe, topic = (
                 main_subscription(route, held, self.partitions)
@@ -318,6 +322,7 @@ class RouteRuntime:
             fence=self.fence_plan,
             pager=self.pager,
             on_flood=self._flood_stop,
+            tracing=self.tracing,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)

@@ -21,6 +21,7 @@ from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.policy import deadline_for
 from siding.routing.settlement import Settlement
+from siding.tracing.settings import TraceSettings
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class TaskPlan:
     live_topic: str = ""
     # The fence the batch runs under; writes are refused once a newer epoch is claimed.
     fence: FencePlan | None = None
+    # [tracing] as resolved on the driver; None: off (siding.tracing).
+    tracing: TraceSettings | None = None
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -118,6 +121,7 @@ def build_plan(
     drain_file: str = "",
     progress: ProgressPlan | None = None,
     fence: FencePlan | None = None,
+    tracing: TraceSettings | None = None,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -142,4 +146,5 @@ def build_plan(
         progress=progress,
         live_topic=naming.state_topic(route.name, naming.LIVE),
         fence=fence,
+        tracing=tracing,
     )

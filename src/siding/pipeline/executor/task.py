@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from siding.dispatch import (
     DispatchReport,
@@ -49,12 +49,16 @@ from siding.steps import (
     Held,
     Parked,
     Resent,
+    Step,
     StepCounts,
     ToDlq,
     ToLane,
     reason_class,
 )
 from siding.transport.base import Transport
+
+if TYPE_CHECKING:
+    from siding.tracing.task import TaskTrace
 
 _DUE_SLACK_MS = 1000
 DRAIN_POLL_S = 0.1
@@ -229,7 +233,9 @@ def run_slice(
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
     progress.expect(len(work))
-    report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
+    trace = task_trace(plan)
+    watch = progress.watch if trace is None else _traced_watch(progress.watch, trace)
+    report = deliver(plan, plan.settings, work, partition_id, watch=watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
     route = plan.route
@@ -237,7 +243,11 @@ def run_slice(
     out, letters = split_letters(plan, [*settled, *resent], hops, int(time.time() * 1000))
     if out:
         fence_gate.check(plan.fence, plan.client_conf)
+        started_ns = time.time_ns()
         runtime().producer(plan.client_conf).write(out)
+        if trace is not None:
+            kept = [s for s in settled if not is_dead(s)]
+            trace.wrote(kept, lambda d, step: topic_of(plan, d, step), started_ns, time.time_ns())
     # The dead ones are not durable yet: the driver writes them after judging the batch.
     progress.written(plan, pending={s.work.delivery.id for s in settled if is_dead(s)})
     if os.environ.get("SIDING_TRACE_TASKS"):
@@ -258,7 +268,38 @@ def run_slice(
         dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
         letters=tuple(letters),
+        spans_dropped=trace.dropped() if trace is not None else 0,
     )
+
+
+def task_trace(plan: TaskPlan) -> TaskTrace | None:
+    """The task's spans where ``[tracing]`` is on; with it off, OpenTelemetry is not imported."""
+    if plan.tracing is None:
+        return None
+    from siding.tracing.task import TaskTrace
+
+    return TaskTrace(plan.tracing, plan.route.name, plan.route.group)
+
+
+def _traced_watch(
+    watch: Callable[[Transport], Transport], trace: TaskTrace
+) -> Callable[[Transport], Transport]:
+    return lambda transport: trace.wrap(watch(transport))
+
+
+def topic_of(plan: TaskPlan, delivery: Delivery, step: Step) -> str:
+    """Where the task writes ``delivery`` for ``step`` (a traced write's destination)."""
+    match step:
+        case ToLane(lane=lane):
+            return retry_topic(plan, delivery)(lane)
+        case Parked():
+            return plan.park_topic
+        case Held():
+            return plan.hold_topic
+        case ToDlq():
+            return plan.dlq_topic
+        case _:
+            return ""
 
 
 def is_dead(item: Settled) -> bool:
@@ -400,6 +441,13 @@ async def watch_file(path: str, seen: asyncio.Event, poll_s: float = DRAIN_POLL_
     seen.set()
 
 
+def flush_spans(timeout_s: float) -> None:
+    """Export the process's ended spans before the task returns (bounded, best effort)."""
+    from siding.tracing import otel
+
+    otel.flush(timeout_s)
+
+
 def deliver_partition(plan: TaskPlan) -> Any:
     """The function handed to ``RDD.mapPartitionsWithIndex``."""
 
@@ -411,6 +459,8 @@ def deliver_partition(plan: TaskPlan) -> Any:
             result = failed(exc)
         finally:
             progress.close()  # a failed task still records the ACKs it got
+            if plan.tracing is not None:
+                flush_spans(plan.tracing.flush_s)
         yield result
 
     return run
