@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from typing import Any
 
 from siding.devkit.broker import free_ports
 from siding.devkit.otlp_sink import OtlpSink
+from siding.devkit.process import stop_group
 from siding.errors import SetupError
 from siding.jvm import checkout
 
@@ -157,15 +157,8 @@ class OtelCollector:
 
     def stop(self) -> None:
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(15)
+        if proc is not None:
+            stop_group(proc, 15)
         if self.sink is not None:  # after the collector: it exports what it has as it stops
             self.sink.stop()
         if self._own_folder and self.folder is not None:
