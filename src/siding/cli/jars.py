@@ -73,7 +73,7 @@ def path(config: Path | None) -> None:
 @click.option("--force", is_flag=True, help="Make it again even if it is there.")
 def archive(force: bool) -> None:
     """Make the driver JVM's class-data archive for this Java and pyspark (Spark's classes
-    parsed once, mapped at every later start: a start takes about half as long), and print its
+    parsed once, mapped at every later start: a start takes about 40 % less), and print its
     path; nothing to do when it is there. Every Spark start of `siding run` and the other
     commands uses it once it is there. The folder: $SIDING_JVM_ARCHIVE_DIR, else a per-user
     cache ($XDG_CACHE_HOME/siding/jvm-archive)."""
