@@ -44,7 +44,7 @@ $(STAMPS)/jars: $(STAMPS)/venv src/siding/jars.lock.json src/siding/jarcache.py 
 jars: $(STAMPS)/jars
 
 # The driver JVM's class-data archive (`siding jars archive`): every later Spark start maps
-# Spark's classes instead of loading them, about half the start (docs/operations.md, "Faster
+# Spark's classes instead of loading them, about 40 % of a start (docs/operations.md, "Faster
 # starts"). It lives in the user's cache, keyed by Java and pyspark, so a fresh clone finds it.
 $(STAMPS)/jvm-archive: $(STAMPS)/venv $(STAMPS)/jars src/siding/jvmarchive.py src/siding/pipeline/driver/archive.py
 	$(VENV)/bin/siding jars archive

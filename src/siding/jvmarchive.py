@@ -1,14 +1,15 @@
 """The driver JVM's class-data archive: Spark's classes parsed once, mapped at every start.
 
-A Spark driver loads, parses and verifies some 10,000 classes from pyspark's jars at each start;
-on a loaded two-core machine that is most of the 15-40 s a `siding run` takes to get going.
+A Spark driver loads, parses and verifies some 10,000 classes from pyspark's jars at each start:
+on a loaded two-core machine about 40 % of the 20-50 s before its first job is done.
 Java's class-data sharing (AppCDS) keeps those classes in a file the JVM maps instead:
 ``siding jars archive`` makes it (a short Spark run whose JVM writes what it loaded at its exit,
 ``-XX:ArchiveClassesAtExit``) and every later Spark start of the same Java and pyspark maps it
 (``-XX:SharedArchiveFile``). docs/operations.md, "Faster starts", has the numbers.
 
-The file is keyed by what it is valid for (the Java runtime and pyspark's version, which sets the
-classpath), so an upgrade of either just finds no archive: the start is as before, never wrong.
+The file is keyed by what it is valid for (the Java runtime, pyspark's version and its folder,
+which make the classpath), so an upgrade of either just finds no archive: the start is as
+before, never wrong.
 A JVM that cannot use an archive (another classpath, options that change its layout) starts
 without it; its warning is silenced, as the archive is only ever a speed-up.
 """

@@ -67,3 +67,22 @@ def test_the_archive_options_go_to_the_driver_alone() -> None:
     assert driver[-len(options) :] == options
     assert not set(options) & set(executor)
     assert driver[: len(executor)] == executor
+
+
+def test_a_failed_archive_run_says_the_jvms_own_reason() -> None:
+    from siding.pipeline.driver.archive import _why
+
+    stderr = (
+        "WARNING: Using incubator modules\n"
+        'Exception in thread "main" java.lang.ExceptionInInitializerError\n'
+        "Caused by: java.net.UnknownHostException: box: box: Name or service not known\n"
+        "\tat java.base/java.net.InetAddress.getLocalHost\n"
+        "Caused by: java.net.UnknownHostException: box: Name or service not known\n"
+        "pyspark.errors.exceptions.base.PySparkRuntimeError: [JAVA_GATEWAY_EXITED] ...\n"
+    )
+    reason = "Caused by: java.net.UnknownHostException: box: Name or service not known"
+    assert _why(stderr) == reason
+    assert _why("error: the JVM wrote no archive to /x.part\n") == (
+        "error: the JVM wrote no archive to /x.part"
+    )
+    assert _why("") == "no output"

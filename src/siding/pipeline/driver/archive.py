@@ -8,6 +8,7 @@ only once complete, so a start never maps half an archive.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -27,14 +28,25 @@ _STREAM_BATCHES = 3
 
 
 def make(target: Path) -> Path:
-    """Write the archive to ``target`` (a fresh process does the Spark run); ``target``."""
+    """Write the archive to ``target`` (a fresh process does the Spark run); ``target``. One
+    maker at a time per target (a lock file beside it); what a killed one left is removed."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "siding.pipeline.driver.archive", str(target)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    with open(target.with_name(f"{target.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for left in target.parent.glob(f"{target.name}.*.part"):
+            left.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "siding.pipeline.driver.archive", str(target)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not target.is_file():
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise SetupError(f"the class-data archive was not made ({last[0]})")
+        raise SetupError(f"the class-data archive was not made ({_why(done.stderr)})")
     return target
+
+
+def _why(stderr: str) -> str:
+    """The JVM's own reason when it gave one (its last "Caused by"), else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    causes = [line for line in lines if line.startswith("Caused by:")]
+    return (causes or lines or ["no output"])[-1]
 
 
 def _workload(spark: SparkSession, work: Path) -> None:
