@@ -131,6 +131,9 @@ class BreakerTransition:
     after: BreakerState
     # Epoch seconds, for people: the monotonic clock of an executor means nothing elsewhere.
     wall: float = field(default_factory=time.time, compare=False)
+    # Into OPEN: for how long, and whether a death opened it (else BACKOFF answers or a probe).
+    open_for_s: float = field(default=0.0, compare=False)
+    death: bool = field(default=False, compare=False)
 
 
 Listener = Callable[[BreakerTransition], None]
@@ -246,7 +249,9 @@ class CircuitBreaker:
         after = transition(before, event, now, self._settings)
         self._status = after
         if after.state is not before.state:
-            change = BreakerTransition(now, before.state, after.state)
+            change = BreakerTransition(
+                now, before.state, after.state, open_for_s=after.open_for_s, death=after.death
+            )
             for listener in tuple(self._listeners):
                 listener(change)
             self._notify()
