@@ -106,6 +106,7 @@ def test_reopening_after_a_close_starts_from_open_for_s_again() -> None:
 
 events = st.one_of(
     st.sampled_from(list(OutcomeKind)).map(Answered),
+    st.just(Answered(OutcomeKind.BACKOFF, lost=True)),
     st.just(Tick()),
     st.booleans().map(Probed),
     st.just(Tripped()),
@@ -122,6 +123,7 @@ def test_invariants_hold_for_any_event_sequence(steps: list[tuple[float, Breaker
         status = transition(status, event, now, SETTINGS)
         if status.state is CLOSED:
             assert 0 <= status.failures < SETTINGS.failure_threshold
+            assert status.failures or not status.lost
         else:
             assert status.failures == 0
             if status.death:  # a death keeps its pace, however many probes fail
@@ -192,3 +194,30 @@ def test_an_overload_still_backs_off() -> None:
 def test_the_death_pace_is_never_longer_than_open_for() -> None:
     short = BreakerSettings(open_for_s=0.5, max_open_for_s=10.0)
     assert transition(BreakerStatus(), Tripped(), 0.0, short).open_for_s == 0.5
+
+
+LOST = Answered(OutcomeKind.BACKOFF, lost=True)
+
+
+def test_failures_that_include_a_lost_call_open_it_at_the_death_pace() -> None:
+    # The crash pill's slow mode (issue 27, stop 36): the pill, sent alone by the park lane's
+    # worker, kills the consumer while the main lane's worker has calls out. That worker's
+    # breaker opened on their BACKOFFs for open_for (5 s by default) while the consumer was back
+    # in 3 s: every death held the main line 2 s longer than the restart.
+    status = run([(0.0, LOST), (0.0, BACKOFF), (0.1, BACKOFF)])
+    assert status == BreakerStatus(OPEN, 0, 1.0, 1.1, death=True)
+    # and its failed probes keep that pace
+    status = transition(transition(status, Tick(), 1.1, SETTINGS), Probed(ok=False), 1.5, SETTINGS)
+    assert (status.open_for_s, status.death) == (1.0, True)
+
+
+def test_a_lost_call_is_forgotten_once_the_consumer_answers() -> None:
+    status = run([(0.0, LOST), (0.1, Answered(OutcomeKind.ACK)), (0.2, BACKOFF), (0.3, BACKOFF)])
+    assert status == BreakerStatus(CLOSED, failures=2)
+    status = transition(status, BACKOFF, 0.4, SETTINGS)
+    assert (status.open_for_s, status.death) == (2.0, False)  # an overload: open_for, doubling
+
+
+def test_one_lost_call_alone_does_not_open_it() -> None:
+    # a single broken connection is not an outage: the threshold still counts
+    assert run([(0.0, LOST)]) == BreakerStatus(CLOSED, failures=1, lost=True)

@@ -365,7 +365,7 @@ class _Window:
 
     def _on_answer(self, index: int, outcome: Outcome, latency_s: float) -> None:
         delivery = self._work[index].delivery
-        self._breaker.record(outcome.kind)
+        self._breaker.record(outcome.kind, lost=outcome.lost)
         self._limit = adaptive.update(
             self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
         )

@@ -75,7 +75,7 @@ class ParkedCalls:
             log.warning("parked call %s ended without an answer: %r", token, task)
             return
         outcome, latency_s = task.result()
-        adoption.breaker.record(outcome.kind)
+        adoption.breaker.record(outcome.kind, lost=outcome.lost)
         if outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer:
             adoption.timer.observe(latency_s)
             adoption.breaker.mark_up()
