@@ -352,3 +352,19 @@ async def test_the_park_lane_ends_its_batch_while_the_pill_waits_and_convicts_it
     # over several batches instead of one that held the park lane for the whole conviction
     assert "the consumer died 4 times" in convicted.reason and "3 of them" in convicted.reason
     assert consumer.deaths == 3 and batches == 3
+
+
+async def test_a_death_with_calls_out_opens_the_breaker_at_the_death_pace() -> None:
+    # Given a consumer that dies once with many calls out, none of them a suspect yet (the main
+    # lane's worker when another worker's pill kills the consumer), and an open_for of 5 s
+    consumer = CrashingTransport(dies_once_on(20), latency_s=0.05, restart_s=0.2)
+    breaker = replace(FAST_BREAKER, open_for_s=5.0, max_open_for_s=10.0, death_probe_s=0.1)
+    settings = replace(SETTINGS, max_in_flight=50, breaker=breaker)
+    started = time.monotonic()
+    report = await asyncio.wait_for(dispatch(consumer, items(40), settings), 10)
+    # Then its breaker opened for the death's pace, not open_for, and the slice was done long
+    # before open_for would have let it go on
+    opened = [t for t in report.stats.breaker_transitions if t.after.value == "open"]
+    assert opened and all(t.death and t.open_for_s == 0.1 for t in opened)
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert time.monotonic() - started < 4.0

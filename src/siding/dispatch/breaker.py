@@ -22,11 +22,11 @@ class BreakerState(enum.Enum):
 class BreakerSettings:
     """``failure_threshold`` consecutive BACKOFF answers open the breaker for ``open_for_s``;
     each failed probe doubles that, up to ``max_open_for_s``. A death (the consumer died with
-    calls out: a suspect sent alone died, or the failures that opened it include a call the
-    consumer went away with) opens it for ``death_probe_s`` at most, and failed probes after a
-    death keep that pace instead of doubling: a consumer that restarts is back in seconds, and a
-    probe that met it down again (killed anew by a suspect another worker sent) says nothing
-    about an overload."""
+    calls out: a suspect sent alone died), or failures that say the consumer is not there (a
+    call it went away with, a refused connection) rather than "slow down", open it for
+    ``death_probe_s`` at most, and failed probes then keep that pace instead of doubling: a
+    consumer that restarts is back in seconds, and a probe that met it down again (killed anew by
+    a suspect another worker sent) says nothing about an overload."""
 
     failure_threshold: int = 5
     open_for_s: float = 1.0
@@ -51,24 +51,24 @@ class BreakerSettings:
 class BreakerStatus:
     """The breaker's whole state; ``open_until`` is on the breaker's monotonic clock;
     ``death``: opened by a death (probes keep a steady pace), not by an overload's BACKOFF
-    answers; ``lost``: while CLOSED, a call among the ``failures`` counted was lost (the
-    consumer went away with it)."""
+    answers; ``down``: while CLOSED, one of the ``failures`` counted said the consumer is not
+    there (a lost call, a refused connection)."""
 
     state: BreakerState = BreakerState.CLOSED
     failures: int = 0
     open_for_s: float = 0.0
     open_until: float = 0.0
     death: bool = False
-    lost: bool = False
+    down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Answered:
-    """A send came back with this outcome kind; ``lost``: the consumer went away with it (a
-    BACKOFF that says the consumer died, not that it is busy or unreachable)."""
+    """A send came back with this outcome kind; ``down``: a BACKOFF that says the consumer is
+    not there (it went away with the call, or refused the connection), not that it is busy."""
 
     kind: OutcomeKind
-    lost: bool = False
+    down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +108,15 @@ def transition(
         if not isinstance(event, Answered):
             return status
         if event.kind is not OutcomeKind.BACKOFF:
-            return replace(status, failures=0, lost=False) if status.failures else status
+            return replace(status, failures=0, down=False) if status.failures else status
         failures = status.failures + 1
-        lost = status.lost or event.lost
+        down = status.down or event.down
         if failures < settings.failure_threshold:
-            return replace(status, failures=failures, lost=lost)
-        if lost:
-            # The consumer died with calls out (a crash pill sent by another worker, a restart):
-            # it is expected back in seconds, so the breaker probes at the death's pace.
+            return replace(status, failures=failures, down=down)
+        if down:
+            # Not there, rather than overloaded (a crash pill sent by another worker killed it,
+            # a restart): it is expected back in seconds, so the breaker probes at the death's
+            # pace; a gRPC probe waits for the channel, so it sees the consumer once it listens.
             return _open(min(settings.open_for_s, settings.death_probe_s), now, death=True)
         return _open(settings.open_for_s, now)
     if status.state is BreakerState.OPEN:
@@ -157,7 +158,7 @@ class CircuitBreaker:
     State machine::
 
         CLOSED    --failure_threshold consecutive BACKOFF answers--> OPEN (open_for = open_for_s;
-                  min(open_for_s, death_probe_s), not doubled, when one of them was lost)
+                  min(open_for_s, death_probe_s), not doubled, when one said "not there")
         CLOSED    --any other answer--> CLOSED (count reset)
         OPEN      --open_for elapsed--> HALF_OPEN
         HALF_OPEN --probe() true--> CLOSED
@@ -203,9 +204,9 @@ class CircuitBreaker:
     def status(self) -> BreakerStatus:
         return self._apply(Tick())
 
-    def record(self, kind: OutcomeKind, *, lost: bool = False) -> None:
-        """Feed one send's outcome (``lost``: the consumer went away with the call)."""
-        self._apply(Answered(kind, lost))
+    def record(self, kind: OutcomeKind, *, down: bool = False) -> None:
+        """Feed one send's outcome (``down``: it says the consumer is not there)."""
+        self._apply(Answered(kind, down))
 
     def close(self) -> None:
         """Close now, whatever the state: an operator says the endpoint is back."""

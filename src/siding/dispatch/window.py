@@ -32,7 +32,7 @@ from siding.model import Ordering, Outcome, OutcomeKind
 from siding.policy import next_step
 from siding.steps import Backoff, Done, FinalStep, Parked, Resent, Step, Stop, ToDlq, ToLane
 from siding.transport.base import Transport
-from siding.transport.outcomes import outcome_from_timeout
+from siding.transport.outcomes import not_there, outcome_from_timeout
 from siding.transport.outputs import screen_outputs
 
 log = logging.getLogger(__name__)
@@ -394,7 +394,7 @@ class _Window:
 
     def _on_answer(self, index: int, outcome: Outcome, latency_s: float) -> None:
         delivery = self._work[index].delivery
-        self._breaker.record(outcome.kind, lost=outcome.lost)
+        self._breaker.record(outcome.kind, down=not_there(outcome))
         self._limit = adaptive.update(
             self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
         )
