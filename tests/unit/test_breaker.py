@@ -230,3 +230,17 @@ def test_not_there_is_a_lost_call_or_a_refused_connection_never_a_slow_down() ->
     assert not not_there(Outcome(OutcomeKind.BACKOFF, "http 503"))
     assert not not_there(Outcome(OutcomeKind.BACKOFF, "grpc RESOURCE_EXHAUSTED"))
     assert not not_there(Outcome(OutcomeKind.RETRY, "deadline of 1s exceeded", no_answer=True))
+
+
+def test_after_a_death_a_probe_that_waited_its_whole_timeout_is_followed_at_once() -> None:
+    # A gRPC probe waits for the channel up to 2 s. Reopening for 1 s after it left the consumer
+    # unprobed for a second after it came back (stop 36's runs: the main lane's worker closed
+    # 1-2 s after the consumer's restart); probes now start at a steady pace from each other.
+    status = run([(0.0, Tripped())])  # open until 1.0
+    status = transition(status, Tick(), 1.0, SETTINGS)
+    waited = transition(status, Probed(ok=False), 3.0, SETTINGS)  # waited 2 s, failed
+    assert (waited.state, waited.open_until, waited.death) == (OPEN, 3.0, True)
+    assert transition(waited, Tick(), 3.0, SETTINGS).state is HALF_OPEN
+    # and a probe that fails at once waits for the rest of the pace
+    status = transition(transition(waited, Tick(), 3.0, SETTINGS), Probed(ok=False), 3.1, SETTINGS)
+    assert (status.open_until, status.open_for_s) == (4.0, 1.0)

@@ -128,7 +128,13 @@ def transition(
         if event.ok:
             return BreakerStatus()
         if status.death:
-            return _open(status.open_for_s, now, death=True)
+            # A steady pace of probe starts: the next one a death's pace after this one began
+            # (HALF_OPEN keeps ``open_until``, when it could begin), at once when this one took
+            # longer. A gRPC probe waits for the channel up to its timeout (2 s): reopening for
+            # the whole pace after that left the consumer unprobed for a second after it came
+            # back (stop 36: the main lane's worker closed 1-2 s after the consumer's restart).
+            until = max(now, status.open_until + status.open_for_s)
+            return BreakerStatus(BreakerState.OPEN, 0, status.open_for_s, until, death=True)
         return _open(min(status.open_for_s * 2, settings.max_open_for_s), now)
     return status
 
@@ -164,7 +170,8 @@ class CircuitBreaker:
         HALF_OPEN --probe() true--> CLOSED
         HALF_OPEN --probe() false, raised or timed out--> OPEN (open_for doubled, capped)
         CLOSED    --trip() (a death)--> OPEN (open_for = min(open_for_s, death_probe_s));
-                  its failed probes reopen it for the same time, not doubled
+                  its failed probes reopen it for the same time, not doubled, counted from
+                  when the probe could begin (a probe that waited longer: probe again at once)
 
     Only CLOSED lets sends through. Answers that arrive while OPEN or HALF_OPEN (sends started
     before it opened) are ignored. One caller of ``wait_closed`` probes; the others wait for it.
