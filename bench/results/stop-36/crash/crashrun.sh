@@ -2,7 +2,7 @@
 # crashrun.sh TREE NAME : one crash_pill run of TREE, INFO log, results in stop-36/crash/NAME
 set -u
 TREE=$1; NAME=$2
-OUT=/work/wt-crashpill/bench/results/stop-36/crash
+OUT=$(cd "$(dirname "$0")" && pwd)
 cd $TREE
 export PYTHONPATH=$TREE/src:$TREE/sdk/python/src:$TREE
 echo "$(date -u +%FT%TZ) start $NAME $(git -C $TREE rev-parse --short HEAD) load: $(cat /proc/loadavg)" >> $OUT/runs.txt
