@@ -10,6 +10,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import aiohttp
@@ -176,6 +177,7 @@ class HttpTransport:
                 allow_redirects=False,
                 timeout=self._timeout(deadline_s),
             ) as response:
+                self._answered(response.headers)
                 outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
                 if outcome.kind is OutcomeKind.ACK and is_json(response.content_type):
                     body, complete = await read_body(response, MAX_OUTPUTS_BYTES)
@@ -190,6 +192,9 @@ class HttpTransport:
         if outcome.kind is OutcomeKind.ACK or not text:
             return outcome, refused
         return replace(outcome, reason=f"{outcome.reason}: {text}"), refused
+
+    def _answered(self, headers: Mapping[str, str]) -> None:
+        """What an answer's headers tell the transport (a batching transport listens)."""
 
     def _url_of(self, delivery: Delivery) -> URL:
         if self._template.is_static:

@@ -232,6 +232,23 @@ def batch_answer(replies: Iterable[tuple[str, Reply]]) -> HttpAnswer:
     return HttpAnswer(200, (("content-type", "application/json"),), body)
 
 
+# A batch's results streamed as they finish, one JSON object per line (siding asks for it with
+# ``accept``): a slow delivery no longer holds back its batch-mates' answers.
+RESULT_STREAM_TYPE = "application/x-ndjson"
+
+
+def accepts_result_stream(headers: Mapping[str, str]) -> bool:
+    """Whether the request's sender reads a batch's results as a stream (``accept``)."""
+    accept = next((v for k, v in headers.items() if k.lower() == "accept"), "")
+    types = (part.split(";")[0].strip().lower() for part in accept.split(","))
+    return RESULT_STREAM_TYPE in types
+
+
+def result_line(delivery_id: str, reply: Reply) -> bytes:
+    """One delivery's result as a line of the stream."""
+    return json.dumps(_result(delivery_id, reply), separators=(",", ":")).encode() + b"\n"
+
+
 def _result(delivery_id: str, reply: Reply) -> dict[str, Any]:
     out: dict[str, Any] = {"id": delivery_id, "verdict": reply.verdict.value}
     if reply.verdict is Verdict.ACK and reply.outputs:
