@@ -232,6 +232,9 @@ def batch_answer(replies: Iterable[tuple[str, Reply]]) -> HttpAnswer:
     return HttpAnswer(200, (("content-type", "application/json"),), body)
 
 
+# Said on every answer of a consumer that reads the batch envelope and streams its results
+# when asked: a route without a ``batch`` key then sends it batches (siding's docs/batch.md).
+READS_BATCHES = ("siding-batch", "v1")
 # A batch's results streamed as they finish, one JSON object per line (siding asks for it with
 # ``accept``): a slow delivery no longer holds back its batch-mates' answers.
 RESULT_STREAM_TYPE = "application/x-ndjson"

@@ -11,6 +11,7 @@ from typing import Any
 
 from siding_consumer.encoding import BodyEncodingError, decode_body, without_encoding
 from siding_consumer.envelope import (
+    READS_BATCHES,
     RESULT_STREAM_TYPE,
     EnvelopeError,
     HttpAnswer,
@@ -258,9 +259,8 @@ class WebhookApp:
         return batch_answer(zip((d.id for d in deliveries), replies, strict=True))
 
 
-# Said on every answer of the handler: this server reads the batch envelope, so a route
-# without a ``batch`` key sends it batches (siding's docs/batch.md, "The default").
-READS_BATCHES = (b"siding-batch", b"v1")
+# Said on every answer of the handler (``envelope.READS_BATCHES``).
+_SAID = (READS_BATCHES[0].encode(), READS_BATCHES[1].encode())
 
 
 def _streams(headers: Mapping[str, str]) -> bool:
@@ -275,7 +275,7 @@ async def _stream(send: Send, handler: Handler, deliveries: list[Delivery]) -> N
     await send({
         "type": "http.response.start",
         "status": 200,
-        "headers": [(b"content-type", RESULT_STREAM_TYPE.encode()), READS_BATCHES],
+        "headers": [(b"content-type", RESULT_STREAM_TYPE.encode()), _SAID],
     })  # fmt: skip
     calls: dict[asyncio.Future[Reply], str] = {
         asyncio.ensure_future(call_handler(handler, d)): d.id for d in deliveries
@@ -295,6 +295,6 @@ async def _stream(send: Send, handler: Handler, deliveries: list[Delivery]) -> N
 async def _send(send: Send, answer: HttpAnswer) -> None:
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
     headers.append((b"content-length", str(len(answer.body)).encode()))
-    headers.append(READS_BATCHES)
+    headers.append(_SAID)
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body, "more_body": False})
