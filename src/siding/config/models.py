@@ -289,7 +289,8 @@ class RouteConfig(BaseModel):
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
-    # None: the default, batched on a gRPC stream, one per request over HTTP (``batching``).
+    # None: the default, batched on a gRPC stream; over HTTP once the consumer says it reads
+    # batches (``batching``, ``offers_batches``).
     batch: BatchConfig | None = None
     # Webhooks only: the method, static headers and Idempotency-Key (docs/webhooks.md).
     http: HttpConfig = HttpConfig()
