@@ -56,8 +56,13 @@ class BenchContext:
     def sim(
         self, behaviour: Behaviour, record: Path, transport: Transport = "grpc"
     ) -> Iterator[SimConsumerProcess]:
-        """A simulated consumer (gRPC or HTTP) in its own process, recording every delivery."""
-        settings = SimSettings(transport=transport, behaviour=behaviour, record=str(record))
+        """A simulated consumer (gRPC or HTTP) in its own process, recording every delivery.
+        Over HTTP it answers as the SDKs' webhook servers do (``reads_batches``: it says
+        ``siding-batch: v1``, so siding's HTTP defaults send it batches and it streams their
+        results); a peer that pushes single webhooks is answered as before."""
+        settings = SimSettings(
+            transport=transport, behaviour=behaviour, record=str(record), reads_batches=True
+        )
         with SimConsumerProcess(settings) as sim:
             yield sim
 

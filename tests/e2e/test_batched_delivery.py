@@ -2,7 +2,10 @@
 HTTP route on the embedded broker. Each record keeps its own fate inside its batch: acks, a RETRY
 that goes through lane 1, a DEAD that reaches the DLQ alone, a binary value byte for byte. A third
 route, with the defaults, meets a gRPC consumer that serves only ``DeliverStream``: batching is
-asked once per connection, then every record goes one per message, none lost or doubled."""
+asked once per connection, then every record goes one per message, none lost or doubled. A
+fourth, an HTTP route with the defaults, meets a webhook consumer that says it reads batches
+(``siding-batch: v1``) and streams their results: its first record goes alone, the later ones in
+batches, each settled as its line comes."""
 
 from __future__ import annotations
 
@@ -40,6 +43,14 @@ from siding.kafka.admin import TopicSpec, admin_client, committed_offsets, ensur
 from siding.model import Delivery
 from siding.transport.grpc_common import delivery_from_proto, result_to_proto
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
+from siding_consumer.envelope import (
+    RESULT_STREAM_TYPE,
+    accepts_result_stream,
+    delivery_from_request,
+    result_line,
+    single_answer,
+)
+from siding_consumer.reply import call_handler
 from tests.e2e.loops import LoopThread
 
 if TYPE_CHECKING:
@@ -53,6 +64,7 @@ KEYS[5], KEYS[9] = b"retry", b"dead"
 KEYS += [b"binary", b"ack-last"]
 VALUES = {b"binary": ODD, b"retry": ODD[::-1]}
 Context = grpc.aio.ServicerContext[object, object]
+SAYS = {"siding-batch": "v1"}
 
 
 @dataclass
@@ -61,6 +73,8 @@ class Seen:
 
     deliveries: list[Delivery] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    streamed: int = 0  # batches answered as a stream of results
+    singles: int = 0  # single webhooks (an HTTP route that offers batches, before it may)
 
     async def handle(self, d: Delivery) -> Reply:
         self.deliveries.append(d)
@@ -155,16 +169,43 @@ def grpc_consumer(
     return f"grpc://127.0.0.1:{port}", lambda: loop.run(server.stop(0))
 
 
-def http_consumer(loop: LoopThread, seen: Seen) -> tuple[str, Callable[[], None]]:
-    async def hook(request: web.Request) -> web.Response:
+def http_consumer(
+    loop: LoopThread, seen: Seen, *, says: bool = False
+) -> tuple[str, Callable[[], None]]:
+    """A webhook consumer of batches only; ``says``: of single webhooks too, saying
+    ``siding-batch: v1`` on each answer and streaming a batch's results when asked, as the
+    SDKs' webhook servers do."""
+
+    async def hook(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         verify_webhook(SECRET, dict(request.headers), body)
+        headers = dict(request.headers)
         if not is_batch(request.headers.get("content-type")):
-            return web.Response(status=400, text="batches only")
+            if not says:
+                return web.Response(status=400, text="batches only")
+            seen.singles += 1
+            answer = single_answer(
+                await call_handler(seen.handle, delivery_from_request(headers, body))
+            )
+            return web.Response(
+                status=answer.status, body=answer.body, headers={**dict(answer.headers), **SAYS}
+            )
         deliveries = deliveries_from_batch(body)
         seen.batches.append(len(deliveries))
-        answer = batch_answer(await answer_batch(seen.handle, deliveries))
-        return web.Response(body=answer, content_type="application/json")
+        if says and accepts_result_stream(headers):
+            seen.streamed += 1
+            response = web.StreamResponse(headers={"content-type": RESULT_STREAM_TYPE, **SAYS})
+            await response.prepare(request)
+
+            async def one(d: Delivery) -> bytes:
+                return result_line(d.id, await call_handler(seen.handle, d))
+
+            for line in asyncio.as_completed([one(d) for d in deliveries]):
+                await response.write(await line)
+            await response.write_eof()
+            return response
+        results = batch_answer(await answer_batch(seen.handle, deliveries))
+        return web.Response(body=results, content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/hook", hook)
@@ -203,25 +244,33 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
     topic_name: Callable[[str], str],
     loop_thread: LoopThread,
 ) -> None:
-    # Given three topics of 20 records each, a batched gRPC route, a batched HTTP route, and a
-    # gRPC route with the defaults to a consumer that serves only DeliverStream
-    topics = {"grpc": topic_name("bg"), "http": topic_name("bh"), "stream": topic_name("bs")}
+    # Given four topics of 20 records each (the last only its first record yet), a batched gRPC
+    # route, a batched HTTP route, a gRPC route with the defaults to a consumer that serves
+    # only DeliverStream, and an HTTP route with the defaults to a consumer that says it
+    # reads batches
+    kinds = {"grpc": "bg", "http": "bh", "stream": "bs", "offered": "bo"}
+    topics = {kind: topic_name(short) for kind, short in kinds.items()}
     client = {"bootstrap.servers": kafka.bootstrap}
     ensure_topics(admin_client(client), [TopicSpec(t) for t in topics.values()])
     producer = Producer(client)
-    for topic in topics.values():
-        for key in KEYS:
+
+    def produce(topic: str, keys: list[bytes]) -> None:
+        for key in keys:
             producer.produce(topic, key=key, value=VALUES.get(key, b"plain"))
-    assert producer.flush(10) == 0
-    seen = {"grpc": Seen(), "http": Seen(), "stream": Seen()}
+        assert producer.flush(10) == 0
+
+    for kind, topic in topics.items():
+        produce(topic, KEYS[:1] if kind == "offered" else KEYS)
+    seen = {kind: Seen() for kind in topics}
     old_consumer = StreamOnly(seen["stream"])
     endpoints = {
         "grpc": grpc_consumer(loop_thread, seen["grpc"]),
         "http": http_consumer(loop_thread, seen["http"]),
         "stream": grpc_consumer(loop_thread, seen["stream"], old_consumer),
+        "offered": http_consumer(loop_thread, seen["offered"], says=True),
     }
     routes = [
-        route(f"batched-{kind}", topics[kind], endpoints[kind][0], batch=kind != "stream")
+        route(f"batched-{kind}", topics[kind], endpoints[kind][0], batch=kind in {"grpc", "http"})
         for kind in topics
     ]
     first, *others = (
@@ -232,11 +281,17 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
     # When siding runs both routes
     try:
         with PipelineRun(config, spark) as run:
+            # (the rest of the offered route's records once a worker has heard its consumer
+            # say it: each Spark Python worker learns it from its own first answer)
+            warm = warm_up(seen["offered"], lambda keys: produce(topics["offered"], keys), run)
+            produce(topics["offered"], KEYS[1:])
+            expected = {r.name: len(KEYS) for r in config.routes}
+            expected[config.routes[-1].name] += len(warm)
 
             def all_committed() -> bool:
                 return all(
                     committed_offsets(run.client_conf, r.group, r.source_topics[0]).get(0)
-                    == len(KEYS)
+                    == expected[r.name]
                     for r in config.routes
                 )
 
@@ -267,25 +322,50 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
     assert set(asks) <= set(old_consumer.stream_peers)
     assert seen["stream"].batches and set(seen["stream"].batches) == {1}
     for kind, r in zip(topics, config.routes, strict=True):
-        got = seen[kind]
-        # Then the records travelled together: some frame or request held several
-        if kind != "stream":
-            assert max(got.batches) > 1, got.batches
-            assert max(got.batches) <= 8
-        # And each record met its own fate: every ack delivered once, from the main lane
-        by_key: dict[bytes, list[Delivery]] = {}
-        for d in got.deliveries:
+        check_route(kind, seen[kind], lanes[r.name], letters[r.name])
+
+
+def warm_up(seen: Seen, produce: Callable[[list[bytes]], None], run: PipelineRun) -> list[bytes]:
+    """Pairs of records until a request carried two: a worker that had heard the consumer."""
+    sent: list[bytes] = []
+    for n in range(30):
+        pair = [f"warm-{n}-a".encode(), f"warm-{n}-b".encode()]
+        produce(pair)
+        sent += pair
+        wanted = set(sent)
+        wait_until(
+            lambda: {d.key for d in seen.deliveries} >= wanted,  # noqa: B023 (waited for here)
+            what="the warm-up pair",
+            check=run.check,
+        )
+        if seen.batches and max(seen.batches) > 1:
+            return sent
+    raise AssertionError(f"no batch after {len(sent)} records: {seen.singles} single webhooks")
+
+
+def check_route(kind: str, got: Seen, lane: list[DeadLetter], letters: list[DeadLetter]) -> None:
+    """What one route's consumer saw, and its lane 1 and DLQ."""
+    # Then the records travelled together: some frame or request held several
+    if kind != "stream":
+        assert max(got.batches) > 1, got.batches
+        assert max(got.batches) <= (64 if kind == "offered" else 8)
+    if kind == "offered":  # alone until the consumer had said it; every batch streamed
+        assert got.singles >= 1 and got.streamed == len(got.batches), got
+    # And each record met its own fate: every ack delivered once, from the main lane
+    by_key: dict[bytes, list[Delivery]] = {}
+    for d in got.deliveries:
+        if not (d.key or b"").startswith(b"warm-"):
             by_key.setdefault(d.key or b"", []).append(d)
-        assert set(by_key) == set(KEYS)
-        for key in KEYS:
-            expected = [(1, 0), (2, 1)] if key == b"retry" else [(1, 0)]
-            assert [(d.attempt, d.lane) for d in by_key[key]] == expected, (kind, key)
-        # And the retried record went through lane 1, alone, and came back byte for byte
-        assert [letter.value for letter in lanes[r.name]] == [ODD[::-1]]
-        assert [d.value for d in by_key[b"retry"]] == [ODD[::-1], ODD[::-1]]
-        # And the dead one reached the DLQ alone, with its reason; its batch-mates were acked
-        [letter] = letters[r.name]
-        assert letter.key == b"dead" and letter.story is not None
-        assert letter.story.reason == "dead on purpose"
-        # And a binary value arrived exactly as produced
-        assert by_key[b"binary"][0].value == ODD
+    assert set(by_key) == set(KEYS)
+    for key in KEYS:
+        expected = [(1, 0), (2, 1)] if key == b"retry" else [(1, 0)]
+        assert [(d.attempt, d.lane) for d in by_key[key]] == expected, (kind, key)
+    # And the retried record went through lane 1, alone, and came back byte for byte
+    assert [letter.value for letter in lane] == [ODD[::-1]]
+    assert [d.value for d in by_key[b"retry"]] == [ODD[::-1], ODD[::-1]]
+    # And the dead one reached the DLQ alone, with its reason; its batch-mates were acked
+    [letter] = letters
+    assert letter.key == b"dead" and letter.story is not None
+    assert letter.story.reason == "dead on purpose"
+    # And a binary value arrived exactly as produced
+    assert by_key[b"binary"][0].value == ODD

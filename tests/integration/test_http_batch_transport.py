@@ -33,6 +33,7 @@ from siding.transport.http_batch import HttpBatchTransport
 SECRET = "whsec_" + base64.b64encode(b"b" * 32).decode()
 LIMITS = BatchLimits(max_items=16, linger_s=0.01, max_bytes=4 << 20)
 ODD = bytes(range(256))
+SAYS = {"Siding-Batch": "v1"}
 
 Answer = Callable[[web.Request, list[Delivery]], Awaitable[web.StreamResponse]]
 
@@ -43,6 +44,9 @@ class Consumer:
     batches: list[list[Delivery]] = field(default_factory=list)
     singles: list[str] = field(default_factory=list)
     answer: Answer | None = None
+    # What the consumer's answers say (an SDK's webhook server says it on every answer).
+    says_on_singles: bool = False
+    says_on_batches: bool = False
 
 
 async def per_delivery(request: web.Request, batch: list[Delivery]) -> web.StreamResponse:  # noqa: ARG001
@@ -66,12 +70,15 @@ async def consumer() -> AsyncIterator[Consumer]:
         verify_webhook(SECRET, dict(request.headers), body)
         if request.headers["content-type"] != "application/cloudevents-batch+json":
             state.singles.append(request.headers["webhook-id"])
-            return web.Response(status=204)
+            return web.Response(status=204, headers=SAYS if state.says_on_singles else {})
         batch = deliveries_from_batch(body)
         assert request.headers["webhook-id"] == f"batch:{batch[0].id}:{len(batch)}"
         assert request.headers["authorization"] == "Bearer t0ken"
         state.batches.append(batch)
-        return await (state.answer or per_delivery)(request, batch)
+        answer = await (state.answer or per_delivery)(request, batch)
+        if state.says_on_batches:
+            answer.headers.update(SAYS)
+        return answer
 
     app.router.add_post("/hook", hook)
     await server.start_server()
@@ -232,3 +239,121 @@ async def test_a_consumer_that_refuses_batches_with_415_gets_single_webhooks(
     assert not transport.batching
     [line] = [r.getMessage() for r in caplog.records]
     assert f"{consumer.url}') answered 415 to a batch" in line
+
+
+@pytest.fixture
+async def offering(consumer: Consumer) -> AsyncIterator[HttpBatchTransport]:
+    """What an HTTP route without a ``batch`` key gets."""
+    sender = HttpBatchTransport(
+        WebhookSpec(consumer.url, secret=SECRET, bearer_token="t0ken"), limits=LIMITS, offered=True
+    )
+    try:
+        yield sender
+    finally:
+        await sender.close()
+
+
+async def test_an_offering_route_sends_a_consumer_that_does_not_say_it_reads_batches_singles(
+    consumer: Consumer, offering: HttpBatchTransport
+) -> None:
+    outcomes = await send_all(offering, [delivery(n) for n in range(6)])
+    outcomes += await send_all(offering, [delivery(n) for n in range(6, 9)])
+    assert {o.kind for o in outcomes} == {OutcomeKind.ACK}
+    assert consumer.batches == []
+    assert sorted(consumer.singles) == sorted(f"orders/0/{n}" for n in range(9))
+    assert not offering.batching
+
+
+async def test_an_offering_route_batches_once_the_consumer_says_it_reads_batches(
+    consumer: Consumer, offering: HttpBatchTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    consumer.says_on_singles = consumer.says_on_batches = True
+    caplog.set_level(logging.INFO, "siding.transport.http_batch")
+    first = await send_all(offering, [delivery(0)])
+    then = await send_all(offering, [delivery(n, b"dead" if n == 3 else None) for n in range(1, 6)])
+    assert consumer.singles == ["orders/0/0"]  # before the consumer had said anything
+    assert consumer.batches == [[delivery(n, b"dead" if n == 3 else None) for n in range(1, 6)]]
+    assert [o.kind for o in first + then] == [OutcomeKind.ACK] * 3 + [OutcomeKind.DEAD] + [
+        OutcomeKind.ACK
+    ] * 2
+    assert offering.batching
+    assert any("reads batches" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_offered_batch_answered_without_the_word_goes_again_as_singles_for_good(
+    consumer: Consumer, offering: HttpBatchTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One instance behind the URL says it reads batches, the one that takes the batch does
+    # not (a rolling deploy): its 2xx may mean it took the array for one event, so nothing of
+    # the batch is ACKed by it; each delivery goes again alone, and so does everything after.
+    consumer.says_on_singles = True
+    caplog.set_level(logging.WARNING, "siding.transport.http_batch")
+    await send_all(offering, [delivery(0)])
+    batch = [delivery(n) for n in range(1, 5)]
+    outcomes = await send_all(offering, batch)
+    outcomes += await send_all(offering, [delivery(n) for n in range(5, 8)])
+    assert {o.kind for o in outcomes} == {OutcomeKind.ACK}  # no attempt spent, none lost
+    assert consumer.batches == [batch]
+    assert sorted(consumer.singles) == sorted(f"orders/0/{n}" for n in range(8))
+    assert not offering.batching
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "did not say 'siding-batch: v1' on a batch" in line
+
+
+def streaming(slow: asyncio.Event, *, cut_after: int | None = None) -> Answer:
+    """A consumer that streams its results as each finishes (docs/batch.md); the delivery keyed
+    ``slow`` finishes only when ``slow`` is set. ``cut_after``: the connection is dropped after
+    that many lines."""
+
+    async def answer(request: web.Request, batch: list[Delivery]) -> web.StreamResponse:
+        assert "application/x-ndjson" in request.headers["accept"]
+        response = web.StreamResponse(headers={"content-type": "application/x-ndjson", **SAYS})
+        await response.prepare(request)
+
+        async def one(d: Delivery) -> bytes:
+            if d.key == b"slow":
+                await slow.wait()
+            verdict = "dead" if d.key == b"dead" else "ack"
+            return json.dumps({"id": d.id, "verdict": verdict, "reason": "r"}).encode() + b"\n"
+
+        for written, line in enumerate(asyncio.as_completed([one(d) for d in batch])):
+            if cut_after is not None and written == cut_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            await response.write(await line)
+        await response.write_eof()
+        return response
+
+    return answer
+
+
+async def test_streamed_results_settle_each_delivery_as_it_finishes(
+    consumer: Consumer, offering: HttpBatchTransport
+) -> None:
+    # A slow delivery holds back none of its batch-mates: their sends return while it runs.
+    consumer.says_on_singles = True
+    slow = asyncio.Event()
+    consumer.answer = streaming(slow)
+    await send_all(offering, [delivery(0)])  # the consumer says it reads batches
+    batch = [delivery(1, b"slow"), delivery(2), delivery(3, b"dead"), delivery(4)]
+    sends = [asyncio.ensure_future(offering.send(d, 10)) for d in batch]
+    fast = await asyncio.wait_for(asyncio.gather(*sends[1:]), timeout=5)
+    assert not sends[0].done()
+    slow.set()
+    assert (await asyncio.wait_for(sends[0], timeout=5)).kind is OutcomeKind.ACK
+    assert [o.kind for o in fast] == [OutcomeKind.ACK, OutcomeKind.DEAD, OutcomeKind.ACK]
+    assert consumer.batches == [batch]  # one request
+
+
+async def test_a_stream_cut_short_keeps_the_answers_it_gave_and_the_rest_are_suspects(
+    consumer: Consumer, offering: HttpBatchTransport
+) -> None:
+    consumer.says_on_singles = True
+    slow = asyncio.Event()
+    consumer.answer = streaming(slow, cut_after=2)
+    await send_all(offering, [delivery(0)])
+    batch = [delivery(1), delivery(2, b"dead"), delivery(3, b"slow"), delivery(4, b"slow")]
+    outcomes = await asyncio.wait_for(send_all(offering, batch), timeout=5)
+    assert [o.kind for o in outcomes[:2]] == [OutcomeKind.ACK, OutcomeKind.DEAD]
+    assert all(o.lost for o in outcomes[2:]), outcomes  # suspects: asked again, no attempt spent

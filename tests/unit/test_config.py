@@ -96,7 +96,7 @@ GRPC, HTTP = "grpc://127.0.0.1:50051", "http://127.0.0.1:8080/hook"
         ("batch = { enabled = false, max = 8 }", GRPC, ("GrpcStream",)),
         ('transport = "unary"', GRPC, ("GrpcUnary",)),
         ('transport = "unary"\nbatch = false', GRPC, ("GrpcUnary",)),
-        ("", HTTP, ("Http",)),
+        ("", HTTP, ("HttpBatch", 64, 0.0, 4 << 20)),  # offered: once the consumer says it
         ("batch = false", HTTP, ("Http",)),
         ("batch = true", HTTP, ("HttpBatch", 64, 0.0, 4 << 20)),
         ('batch = { max = 1, linger = "0s" }', HTTP, ("HttpBatch", 1, 0.0, 4 << 20)),
@@ -117,7 +117,19 @@ def test_a_route_gets_the_batching_its_config_and_endpoint_say(
         return
     assert limits is not None
     assert (limits.max_items, limits.linger_s, limits.max_bytes) == tuple(numbers)
-    assert shown == {"max": limits.max_items, "linger": format_duration(limits.linger_s)}
+    settings = {"max": limits.max_items, "linger": format_duration(limits.linger_s)}
+    offered = endpoint == HTTP and not line
+    assert getattr(transport, "offered", False) is offered
+    if offered:
+        settings["when"] = "the consumer answers 'siding-batch: v1'"
+    assert shown == settings
+
+
+def test_an_http_route_to_a_url_template_never_offers_batches() -> None:
+    text = BASE.replace(GRPC, "http://orders:8080/orders/{key}") + "\n"
+    route = parse_config(text, env={}).route[0]
+    assert not route.offers_batches(route.endpoint[0])
+    assert type(make_transport(route, route.endpoint[0], 10)).__name__ == "HttpTransport"
 
 
 def test_settings_are_frozen() -> None:

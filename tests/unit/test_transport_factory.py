@@ -64,14 +64,17 @@ def test_a_webhook_route_gets_its_secret_token_source_and_connections() -> None:
 
 def test_each_http_transport_reads_its_own_default_length_of_answer() -> None:
     text = BASE.replace("grpc://127.0.0.1:50051", "http://127.0.0.1:8080/hook")
-    single = parse_config(text, env={}).route[0]
+    single = parse_config(text + "batch = false\n", env={}).route[0]
     batched = parse_config(text + "batch = {}\n", env={}).route[0]
+    offered = parse_config(text, env={}).route[0]
 
-    one, many = (make_transport(r, r.endpoint[0], 10) for r in (single, batched))
+    one, many, maybe = (make_transport(r, r.endpoint[0], 10) for r in (single, batched, offered))
 
-    assert isinstance(many, HttpBatchTransport)
+    assert isinstance(many, HttpBatchTransport) and isinstance(maybe, HttpBatchTransport)
     assert one._max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES  # type: ignore[attr-defined]
-    assert many._max_response_bytes == DEFAULT_MAX_ANSWER_BYTES
+    assert many._max_response_bytes == maybe._max_response_bytes == DEFAULT_MAX_ANSWER_BYTES
+    # a single webhook's refusal is read for its excerpt only, whichever transport sends it
+    assert one._max_excerpt_bytes == maybe._max_excerpt_bytes == DEFAULT_MAX_RESPONSE_BYTES  # type: ignore[attr-defined]
 
 
 def test_a_batched_grpc_route_keeps_its_limits_and_spec() -> None:

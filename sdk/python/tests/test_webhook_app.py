@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -40,7 +41,13 @@ async def by_key(d: Delivery) -> Reply:
 
 
 async def call(
-    app: WebhookApp, headers: dict[str, str], body: bytes, method: str = "POST", path: str = "/"
+    app: WebhookApp,
+    headers: dict[str, str],
+    body: bytes,
+    method: str = "POST",
+    path: str = "/",
+    *,
+    answer_headers: dict[bytes, bytes] | None = None,
 ) -> tuple[int, bytes]:
     scope = {
         "type": "http",
@@ -58,6 +65,8 @@ async def call(
         sent.append(dict(message))
 
     await app(scope, receive, send)
+    if answer_headers is not None:
+        answer_headers.update(sent[0]["headers"])
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
@@ -192,3 +201,86 @@ async def test_the_verifier_hands_the_app_the_decoded_body_marked_as_such() -> N
     assert seen["body"] == VALUE
     assert b"content-encoding" not in seen["headers"]
     assert seen["headers"][b"content-length"] == str(len(VALUE)).encode()
+
+
+async def test_every_answer_of_the_handler_says_the_app_reads_batches() -> None:
+    # siding sends an HTTP route's deliveries in batches only to a consumer that says so.
+    app = WebhookApp(by_key, SECRET)
+    single: dict[bytes, bytes] = {}
+    headers = signed("t/0/1", b"v", **{"ce-id": "t/0/1", "ce-subject": "dead"})
+    assert (await call(app, headers, b"v", answer_headers=single))[0] == 422
+    body = json.dumps([{"id": "t/0/0", "sidingtopic": "t", "sidingpartition": 0,
+                        "sidingoffset": 0, "data_base64": "AA=="}]).encode()  # fmt: skip
+    batch: dict[bytes, bytes] = {}
+    batch_headers = signed(
+        "batch:t/0/0:1", body, **{"content-type": "application/cloudevents-batch+json"}
+    )
+    assert (await call(app, batch_headers, body, answer_headers=batch))[0] == 200
+    assert single[b"siding-batch"] == batch[b"siding-batch"] == b"v1"
+
+
+async def test_a_batch_asked_as_a_stream_is_answered_line_by_line_as_each_finishes() -> None:
+    # The slow delivery finishes last, whatever its place: its line comes last, and the fast
+    # ones' lines left before it finished (siding settles each as its line comes).
+    release = asyncio.Event()
+    lines_before_release: list[bytes] = []
+
+    async def handler(d: Delivery) -> Reply:
+        if d.key == b"slow":
+            await release.wait()
+        return dead("poison") if d.key == b"dead" else ack()
+
+    events = [
+        {"id": f"t/0/{n}", "sidingtopic": "t", "sidingpartition": 0, "sidingoffset": n,
+         "sidingkey": base64.b64encode(k).decode(), "data_base64": ""}
+        for n, k in enumerate([b"slow", b"ok", b"dead"])
+    ]  # fmt: skip
+    body = json.dumps(events).encode()
+    headers = signed(
+        "batch:t/0/0:3",
+        body,
+        **{"content-type": "application/cloudevents-batch+json",
+           "accept": "application/x-ndjson, application/json"},
+    )  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+        if message.get("body"):
+            lines_before_release.extend(message["body"].splitlines())
+            if len(lines_before_release) == 2:
+                release.set()  # only once the fast ones were written
+
+    await asyncio.wait_for(WebhookApp(handler, SECRET)(scope, receive, send), timeout=5)
+    start = sent[0]
+    assert start["status"] == 200
+    assert dict(start["headers"])[b"content-type"] == b"application/x-ndjson"
+    assert dict(start["headers"])[b"siding-batch"] == b"v1"
+    results = [json.loads(line) for line in lines_before_release]
+    assert [r["id"] for r in results][2] == "t/0/0"  # the slow one last
+    assert sorted((r["id"], r["verdict"]) for r in results) == [
+        ("t/0/0", "ack"), ("t/0/1", "ack"), ("t/0/2", "dead"),
+    ]  # fmt: skip
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_a_batch_not_asked_as_a_stream_gets_one_json_answer() -> None:
+    # An older siding does not ask for the stream: it gets the one answer it reads.
+    body = json.dumps([{"id": "t/0/0", "sidingtopic": "t", "sidingpartition": 0,
+                        "sidingoffset": 0, "data_base64": ""}]).encode()  # fmt: skip
+    headers = signed(
+        "batch:t/0/0:1", body, **{"content-type": "application/cloudevents-batch+json"}
+    )
+    status, answer = await call(WebhookApp(by_key, SECRET), headers, body)
+    assert status == 200
+    assert json.loads(answer) == {"results": [{"id": "t/0/0", "verdict": "ack"}]}

@@ -82,6 +82,12 @@ def sim() -> None:
     help="Exit at once (code 70) on a delivery whose value contains this text: a poison pill"
     " that kills the consumer (repeatable). Run it under a supervisor that restarts it.",
 )
+@click.option(
+    "--reads-batches",
+    is_flag=True,
+    help="HTTP: answer as an SDK's webhook server does: say 'siding-batch: v1' (a route"
+    " without a batch key then sends batches) and stream a batch's results as each finishes.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 def consumer(*, listen: str, **options: Any) -> None:
     """Serve a simulated consumer until Ctrl-C / SIGTERM.
@@ -114,6 +120,7 @@ def settings_from_options(
     record: str | None,
     seed: int,
     crash_on: tuple[str, ...] = (),
+    reads_batches: bool = False,
 ) -> SimSettings:
     """The simulated consumer's settings from ``siding sim consumer``'s options."""
     from siding.devkit.sim_consumer import Behaviour, SimSettings
@@ -142,6 +149,7 @@ def settings_from_options(
         record=record,
         http_retry_status=int(http_retry_status),
         crash_on=tuple(crash_on),
+        reads_batches=reads_batches,
     )
 
 

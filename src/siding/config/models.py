@@ -289,7 +289,8 @@ class RouteConfig(BaseModel):
     breaker: BreakerConfig = BreakerConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
     park: ParkConfig = ParkConfig()
-    # None: the default, batched on a gRPC stream, one per request over HTTP (``batching``).
+    # None: the default, batched on a gRPC stream; over HTTP once the consumer says it reads
+    # batches (``batching``, ``offers_batches``).
     batch: BatchConfig | None = None
     # Webhooks only: the method, static headers and Idempotency-Key (docs/webhooks.md).
     http: HttpConfig = HttpConfig()
@@ -578,6 +579,12 @@ class RouteConfig(BaseModel):
             return DEFAULT_BATCH
         return None
 
+    def offers_batches(self, endpoint: Endpoint) -> bool:
+        """Pure: whether deliveries to ``endpoint`` go one per request until the consumer says
+        it reads batches (``siding-batch: v1``), and in batches of ``DEFAULT_BATCH`` from then
+        on: an HTTP route without a ``batch`` key, to a URL without placeholders."""
+        return self.batch is None and not endpoint.is_grpc and endpoint.url_template().is_static
+
     @property
     def message_limit(self) -> int:
         """Records larger than this go to the DLQ unsent; 0 is no limit. gRPC consumers keep
@@ -623,6 +630,9 @@ class RouteConfig(BaseModel):
             data["batch"] = (
                 False if batching is None else batching.model_dump(mode="json", exclude={"enabled"})
             )
+            if self.offers_batches(self.endpoint[0]):
+                offer = DEFAULT_BATCH.model_dump(mode="json", exclude={"enabled"})
+                data["batch"] = {**offer, "when": "the consumer answers 'siding-batch: v1'"}
         if self.dlq_page is not None:
             data["dlq_page"]["url"] = shown_url(self.dlq_page.url)
         return data

@@ -42,6 +42,12 @@ from siding.consumer import (
 from siding.devkit.process import stop_process
 from siding.errors import SidingError
 from siding.model import Delivery
+from siding_consumer.envelope import (
+    READS_BATCHES,
+    RESULT_STREAM_TYPE,
+    accepts_result_stream,
+    result_line,
+)
 
 SEQ_HEADER = "sim-seq"
 PRODUCED_AT_HEADER = "sim-produced-at"
@@ -240,6 +246,10 @@ class SimSettings:
     # The process exits at once on a delivery whose value contains one of these (after recording
     # it): a poison pill that kills the consumer. Only for a consumer in its own process.
     crash_on: tuple[str, ...] = ()
+    # HTTP: answer as an SDK's webhook server does (docs/batch.md, "The default"): say
+    # ``siding-batch: v1`` on every answer, so a route without a ``batch`` key sends batches,
+    # and stream a batch's results as each finishes when siding asks for it.
+    reads_batches: bool = False
 
 
 class _Core:
@@ -330,7 +340,7 @@ class _HttpSim:
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self.port = 0
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         secret = self.core.settings.webhook_secret
@@ -342,7 +352,17 @@ class _HttpSim:
             except WebhookVerificationError as exc:
                 return web.Response(status=401, text=str(exc))
         if is_batch(headers.get("content-type")):
-            return await self._handle_batch(body)
+            if self.core.settings.reads_batches and accepts_result_stream(headers):
+                return await self._stream_batch(request, body)
+            return self._said(await self._handle_batch(body))
+        return self._said(await self._handle_single(headers, body))
+
+    def _said(self, response: web.Response) -> web.Response:
+        if self.core.settings.reads_batches:
+            response.headers[READS_BATCHES[0]] = READS_BATCHES[1]
+        return response
+
+    async def _handle_single(self, headers: Mapping[str, str], body: bytes) -> web.Response:
         delivery_id = headers.get("webhook-id")
         if not delivery_id:
             return web.Response(status=400, text="no webhook-id header")
@@ -378,6 +398,29 @@ class _HttpSim:
 
         results = await answer_batch(one, deliveries)
         return web.Response(body=batch_answer(results), content_type="application/json")
+
+    async def _stream_batch(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        """A batch answered line by line, each delivery's line as soon as it is done."""
+        try:
+            deliveries = deliveries_from_batch(body)
+        except BatchEnvelopeError as exc:
+            return web.Response(status=400, text=str(exc))
+        response = web.StreamResponse(
+            headers={"content-type": RESULT_STREAM_TYPE, READS_BATCHES[0]: READS_BATCHES[1]}
+        )
+        await response.prepare(request)
+
+        async def one(delivery: Delivery) -> bytes:
+            headers = _text_headers(delivery.headers)
+            step = self.core.receive(
+                delivery.id, delivery.attempt, headers, delivery.value, delivery.lane
+            )
+            return result_line(delivery.id, _reply(self.core, await self.core.carry_out(step)))
+
+        for line in asyncio.as_completed([one(d) for d in deliveries]):
+            await response.write(await line)
+        await response.write_eof()
+        return response
 
     async def start(self) -> None:
         host, _, port = self._listen.rpartition(":")
@@ -522,6 +565,8 @@ def cli_args(settings: SimSettings, listen: str) -> list[str]:
         args += ["--record", settings.record]
     for pill in settings.crash_on:
         args += ["--crash-on", pill]
+    if settings.reads_batches:
+        args.append("--reads-batches")
     return args
 
 

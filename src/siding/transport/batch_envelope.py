@@ -32,6 +32,15 @@ NO_RESULT = "no result for this delivery in the batch answer"
 SPLIT = Outcome(OutcomeKind.RETRY, "refused as a batch: each delivery goes again alone")
 # 415 to a batch: the consumer does not take batches; each delivery goes again as a single webhook.
 UNBATCHED = Outcome(OutcomeKind.RETRY, "refused as a batch (415): sent again as a single webhook")
+# A consumer that reads this envelope says so on every answer (each SDK's webhook server does):
+# an HTTP route without a ``batch`` key sends it batches from its first such answer on, and a
+# batch is ACKed only by an answer that says it too (docs/batch.md, "The default").
+READS_BATCHES = ("siding-batch", "v1")
+# A 2xx to an offered batch without that header: an instance behind the same URL that may not
+# read batches took it; each delivery goes again as a single webhook.
+UNSAID = Outcome(
+    OutcomeKind.RETRY, "a batch answered without 'siding-batch: v1': sent again as a single webhook"
+)
 # JSON text, the quotes and names of the fixed attributes, beyond the base64 of the payload.
 _EVENT_BYTES = 400
 _VERDICTS = {"ack": Verdict.ACK, "retry": Verdict.RETRY, "dead": Verdict.DEAD}
@@ -102,6 +111,15 @@ def event_size(delivery: Delivery) -> int:
     return _EVENT_BYTES + len(delivery.id) + len(delivery.topic) * 2 + raw * 4 // 3 + headers
 
 
+def reads_batches(headers: Mapping[str, str] | None) -> bool:
+    """Pure: whether an answer's headers say its consumer reads the batch envelope."""
+    if headers is None:
+        return False
+    name, version = READS_BATCHES
+    value = headers.get(name)
+    return value is not None and version in (v.strip() for v in value.split(","))
+
+
 def batch_outcomes(
     deliveries: Sequence[Delivery],
     status: int,
@@ -111,6 +129,7 @@ def batch_outcomes(
     complete: bool = True,
     excerpt: str = "",
     now_s: float | None = None,
+    offered: bool = False,
 ) -> list[Outcome]:
     """Pure: the outcome of each delivery of a batch from the answer to its POST.
 
@@ -118,10 +137,14 @@ def batch_outcomes(
     ``excerpt`` is the printable start of the body, appended to a failure's reason. A status
     that would dead-letter a batch of several gives ``SPLIT`` for each: they go again alone;
     415 (the consumer does not take batches) gives ``UNBATCHED``: they go again as single webhooks.
+    An ``offered`` batch (the route has no ``batch`` key) is taken as answered only by a 2xx
+    that says ``siding-batch: v1``; any other 2xx gives ``UNSAID``: single webhooks again.
     """
     count = len(deliveries)
     if status == 415:
         return [UNBATCHED] * count
+    if offered and 200 <= status < 300 and not reads_batches(headers):
+        return [UNSAID] * count
     if not 200 <= status < 300:
         outcome = outcome_from_http(status, headers, now_s)
         if outcome.kind is OutcomeKind.DEAD and count > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from siding.config import Endpoint, RouteConfig
+from siding.config.models import DEFAULT_BATCH
 from siding.transport.base import Transport
 from siding.transport.batching import BatchLimits
 from siding.transport.compression import Compression
@@ -38,9 +39,12 @@ HTTP_BATCH_BYTES = 4 * 1024 * 1024
 
 def batch_limits(route: RouteConfig, endpoint: Endpoint) -> BatchLimits | None:
     """How the route's deliveries to ``endpoint`` are gathered, or ``None`` when they go one per
-    call (``RouteConfig.batching``: a gRPC stream batches by default). A gRPC frame stays within
-    the channel's send limit, which ``max_message_bytes`` sets."""
+    call (``RouteConfig.batching``: a gRPC stream batches by default; an HTTP route offers
+    batches, ``RouteConfig.offers_batches``). A gRPC frame stays within the channel's send
+    limit, which ``max_message_bytes`` sets."""
     batching = route.batching(endpoint)
+    if batching is None and route.offers_batches(endpoint):
+        batching = DEFAULT_BATCH  # once the consumer says it reads batches
     if batching is None:
         return None
     max_bytes = route.message_limit or HTTP_BATCH_BYTES
@@ -108,5 +112,5 @@ def make_transport(route: RouteConfig, endpoint: Endpoint, max_connections: int)
     if limits is not None:
         from siding.transport.http_batch import HttpBatchTransport
 
-        return HttpBatchTransport(webhook, limits=limits)
+        return HttpBatchTransport(webhook, limits=limits, offered=route.offers_batches(endpoint))
     return HttpTransport(webhook)

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import aiohttp
@@ -119,6 +120,9 @@ class HttpTransport:
             raise ConfigError("max_response_bytes", "must not be negative")
         self._spec = spec
         self._max_response_bytes = self.default_max_response_bytes if limit is None else limit
+        # A single webhook's refusal is read for its excerpt only (a batching transport reads
+        # whole batch answers with ``_max_response_bytes``, and its single webhooks with this).
+        self._max_excerpt_bytes = DEFAULT_MAX_RESPONSE_BYTES if limit is None else limit
         self._ssl = _ssl_setting(spec.ca_file, spec.insecure, spec.client_tls)
         self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -176,11 +180,12 @@ class HttpTransport:
                 allow_redirects=False,
                 timeout=self._timeout(deadline_s),
             ) as response:
+                self._answered(response.headers)
                 outcome = outcome_from_http(response.status, response.headers, now_s=time.time())
                 if outcome.kind is OutcomeKind.ACK and is_json(response.content_type):
                     body, complete = await read_body(response, MAX_OUTPUTS_BYTES)
                     return ack_from_body(response.content_type, body, complete), False
-                text = await _read_excerpt(response, self._max_response_bytes)
+                text = await _read_excerpt(response, self._max_excerpt_bytes)
         except (aiohttp.ClientError, TimeoutError) as error:
             return outcome_from_request_error(error, deadline_s), False
         refused = refused_encoding(response.status, sent)
@@ -190,6 +195,9 @@ class HttpTransport:
         if outcome.kind is OutcomeKind.ACK or not text:
             return outcome, refused
         return replace(outcome, reason=f"{outcome.reason}: {text}"), refused
+
+    def _answered(self, headers: Mapping[str, str]) -> None:
+        """What an answer's headers tell the transport (a batching transport listens)."""
 
     def _url_of(self, delivery: Delivery) -> URL:
         if self._template.is_static:

@@ -232,6 +232,26 @@ def batch_answer(replies: Iterable[tuple[str, Reply]]) -> HttpAnswer:
     return HttpAnswer(200, (("content-type", "application/json"),), body)
 
 
+# Said on every answer of a consumer that reads the batch envelope and streams its results
+# when asked: a route without a ``batch`` key then sends it batches (siding's docs/batch.md).
+READS_BATCHES = ("siding-batch", "v1")
+# A batch's results streamed as they finish, one JSON object per line (siding asks for it with
+# ``accept``): a slow delivery no longer holds back its batch-mates' answers.
+RESULT_STREAM_TYPE = "application/x-ndjson"
+
+
+def accepts_result_stream(headers: Mapping[str, str]) -> bool:
+    """Whether the request's sender reads a batch's results as a stream (``accept``)."""
+    accept = next((v for k, v in headers.items() if k.lower() == "accept"), "")
+    types = (part.split(";")[0].strip().lower() for part in accept.split(","))
+    return RESULT_STREAM_TYPE in types
+
+
+def result_line(delivery_id: str, reply: Reply) -> bytes:
+    """One delivery's result as a line of the stream."""
+    return json.dumps(_result(delivery_id, reply), separators=(",", ":")).encode() + b"\n"
+
+
 def _result(delivery_id: str, reply: Reply) -> dict[str, Any]:
     out: dict[str, Any] = {"id": delivery_id, "verdict": reply.verdict.value}
     if reply.verdict is Verdict.ACK and reply.outputs:

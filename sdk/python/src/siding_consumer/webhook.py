@@ -11,15 +11,20 @@ from typing import Any
 
 from siding_consumer.encoding import BodyEncodingError, decode_body, without_encoding
 from siding_consumer.envelope import (
+    READS_BATCHES,
+    RESULT_STREAM_TYPE,
     EnvelopeError,
     HttpAnswer,
+    accepts_result_stream,
     batch_answer,
     deliveries_from_batch,
     delivery_from_request,
     is_batch,
+    result_line,
     single_answer,
 )
-from siding_consumer.reply import CALL, Handler, call_handler
+from siding_consumer.model import Delivery
+from siding_consumer.reply import CALL, Handler, Reply, call_handler
 from siding_consumer.signing import (
     DEFAULT_TOLERANCE_S,
     WebhookVerificationError,
@@ -232,6 +237,9 @@ class WebhookApp:
                 await _answer(send, 401, f"webhook verification failed: {error}".encode())
                 return
         try:
+            if _streams(headers):
+                await _stream(send, self._handler, deliveries_from_batch(body))
+                return
             answer = await self._respond(headers, body)
         except EnvelopeError as error:
             # A request siding would never send: not a reason to dead-letter anything.
@@ -251,8 +259,42 @@ class WebhookApp:
         return batch_answer(zip((d.id for d in deliveries), replies, strict=True))
 
 
+# Said on every answer of the handler (``envelope.READS_BATCHES``).
+_SAID = (READS_BATCHES[0].encode(), READS_BATCHES[1].encode())
+
+
+def _streams(headers: Mapping[str, str]) -> bool:
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
+    return is_batch(content_type) and accepts_result_stream(headers)
+
+
+async def _stream(send: Send, handler: Handler, deliveries: list[Delivery]) -> None:
+    """A batch answered as it finishes: one line per delivery, written when its handler is
+    done, so a slow delivery holds back no other's answer."""
+    CALL.set("webhook-batch")  # the tasks inherit it
+    await send({
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", RESULT_STREAM_TYPE.encode()), _SAID],
+    })  # fmt: skip
+    calls: dict[asyncio.Future[Reply], str] = {
+        asyncio.ensure_future(call_handler(handler, d)): d.id for d in deliveries
+    }
+    waiting: set[asyncio.Future[Reply]] = set(calls)
+    try:
+        while waiting:
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            lines = b"".join(result_line(calls[call], call.result()) for call in done)
+            await send({"type": "http.response.body", "body": lines, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        for call in waiting:
+            call.cancel()
+
+
 async def _send(send: Send, answer: HttpAnswer) -> None:
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
     headers.append((b"content-length", str(len(answer.body)).encode()))
+    headers.append(_SAID)
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body, "more_body": False})
