@@ -1,4 +1,9 @@
-"""Adaptive concurrency: an AIMD limit on sends in flight, between a floor and the max."""
+"""Adaptive concurrency: a limit on sends in flight, between a floor and the max, that steers the
+consumer's answer latency towards a target (a gradient) and cuts on overload.
+
+The reasoning (why a gradient, why the fast answers, why kept across batches) is in
+docs/dispatch.md, "Adaptive concurrency".
+"""
 
 from __future__ import annotations
 
@@ -13,21 +18,25 @@ from siding.model import OutcomeKind
 class AdaptiveSettings:
     """``enabled=False`` keeps the limit fixed at ``max_in_flight``.
 
-    The limit grows by ``increase`` per good answer (ACK or DEAD) while the latency stays within
-    ``latency_tolerance`` times its observed floor, and is multiplied by ``backoff_ratio`` at most
-    once per smoothed latency (one burst of failures from a full window is one signal) on:
+    Good answers (ACK or DEAD) are gathered in sample windows; a window's *fast latency* is its
+    25th percentile (the consumer's own pace, not the slow messages'), its *spread* the 75th
+    minus the 25th. With the baseline the lowest fast latency seen and ``target =
+    latency_tolerance * baseline + spread`` (noise is not load), each window:
 
-    - every BACKOFF answer (the endpoint said "slow down", or is unreachable);
-    - a RETRY answer (a timeout is a RETRY) once RETRYs are more than ``retry_share_to_cut`` of
-      recent answers. A few slow or failing *messages* are what the retry lanes are for; cutting
-      the window for each of them would bring head-of-line blocking back through the side door.
+    - above the target: the limit is multiplied by ``target / fast`` (at most halved);
+    - below it: the limit grows by up to ``increase * sqrt(limit)``, in proportion to how far
+      below the target the fast latency is (nothing at the target, all of it at the baseline).
+
+    And it is multiplied by ``backoff_ratio`` at most once per smoothed latency on every BACKOFF
+    answer, and on a RETRY (a timeout is a RETRY) once RETRYs are more than
+    ``retry_share_to_cut`` of recent answers.
     """
 
     enabled: bool = True
     min_in_flight: int = 1
+    latency_tolerance: float = 2.0
     increase: float = 1.0
     backoff_ratio: float = 0.5
-    latency_tolerance: float = 2.0
     retry_share_to_cut: float = 0.25
 
     def __post_init__(self) -> None:
@@ -37,30 +46,45 @@ class AdaptiveSettings:
             raise ConfigError("adaptive.increase", "must be positive")
         if not 0 < self.backoff_ratio < 1:
             raise ConfigError("adaptive.backoff_ratio", "must be between 0 and 1 (exclusive)")
-        if self.latency_tolerance < 1:
-            raise ConfigError("adaptive.latency_tolerance", "must be at least 1")
+        if not self.latency_tolerance > 1:
+            raise ConfigError("adaptive.latency_tolerance", "must be above 1")
         if not 0 <= self.retry_share_to_cut <= 1:
             raise ConfigError("adaptive.retry_share_to_cut", "must be between 0 and 1")
 
 
-# How fast the latency floor follows latencies above it: slowly, so that a consumer that got
-# slower for good does not stop growth forever, while noise does not raise it.
-_FLOOR_DRIFT = 0.01
 _SMOOTHING = 0.2
 # The share of RETRY answers is averaged over roughly the last 1 / _SHARE_SMOOTHING answers.
 _SHARE_SMOOTHING = 0.05
-# Timer noise: a floor of a few microseconds must not make every answer look slow.
+# Timer noise: a baseline of a few microseconds must not make every answer look slow.
 _SLACK_S = 0.001
+# A sample window ends once it holds this many good answers (as many as the limit below it) and
+# has lasted one fast latency; it keeps at most MAX_SAMPLES.
+MIN_SAMPLES = 20
+MAX_SAMPLES = 200
+# The fast latency of a window: this percentile of its good answers' latencies.
+FAST_PERCENTILE = 0.25
+# How fast the answers' spread narrows after wider windows (over about five windows).
+_SPREAD_SMOOTHING = 0.2
+# One window's cut is at most this: a spike is not a reason to drop to the floor.
+MAX_CUT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """The adaptive state. ``limit`` is fractional; ``current`` is what the window uses."""
+    """The adaptive state. ``limit`` is fractional; ``current`` is what the window uses.
+    ``samples`` are the good answers' latencies of the sample window begun at ``window_at``;
+    ``fast_s`` is the last window's fast latency, ``baseline_s`` the lowest one seen (or the
+    consumer's own latency at the floor, once it got slower for good)."""
 
     limit: float
     low: int
     high: int
-    floor_s: float | None = None
+    baseline_s: float | None = None
+    fast_s: float = 0.0
+    spread_s: float = 0.0
+    samples: tuple[float, ...] = ()
+    window_at: float | None = None
+    skip_until: float = -math.inf
     smoothed_s: float | None = None
     last_cut_at: float | None = None
     retry_share: float = 0.0
@@ -74,6 +98,51 @@ def initial_limit(max_in_flight: int, settings: AdaptiveSettings) -> Limit:
     """Start at the top: the limit only needs to come down when the consumer says so."""
     low = min(settings.min_in_flight, max_in_flight)
     return Limit(float(max_in_flight), low, max_in_flight)
+
+
+def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings) -> Limit:
+    """A state kept from an earlier batch (``None``: none), under this batch's bounds (the
+    route's limits, its task count or its parked calls may have changed since)."""
+    if state is None or not settings.enabled:
+        return initial_limit(max_in_flight, settings)
+    low = min(settings.min_in_flight, max_in_flight)
+    limit = max(float(low), min(float(max_in_flight), state.limit))
+    return replace(state, limit=limit, low=low, high=max_in_flight)
+
+
+def percentile(samples: tuple[float, ...], share: float) -> float:
+    """Pure: the ``share`` percentile of ``samples`` (nearest rank below; at least one)."""
+    ordered = sorted(samples)
+    return ordered[math.floor(share * (len(ordered) - 1))]
+
+
+def target_s(state: Limit, baseline_s: float, settings: AdaptiveSettings) -> float:
+    """The latency the limit steers to: the tolerance times the baseline, plus the answers'
+    ordinary spread (a consumer whose latency is noisy is not loaded by its noise)."""
+    return settings.latency_tolerance * baseline_s + state.spread_s + _SLACK_S
+
+
+def after_window(
+    state: Limit, fast_s: float, settings: AdaptiveSettings, spread_s: float = 0.0
+) -> Limit:
+    """Pure: the limit and the baseline after a sample window whose fast latency was ``fast_s``
+    and whose spread (75th minus 25th percentile) was ``spread_s``."""
+    # The spread follows a wider one at once (noise is not load) and a narrower one slowly.
+    smoothed = state.spread_s + _SPREAD_SMOOTHING * (spread_s - state.spread_s)
+    state = replace(state, spread_s=max(spread_s, smoothed))
+    baseline = fast_s if state.baseline_s is None else min(state.baseline_s, fast_s)
+    target = target_s(state, baseline, settings)
+    if fast_s > target:
+        if state.limit <= state.low:
+            # Sending less is not possible: this latency is the consumer's own now (it got
+            # slower for good, or every call got heavier). It becomes the baseline.
+            return replace(state, baseline_s=fast_s, fast_s=fast_s)
+        limit = max(float(state.low), state.limit * max(MAX_CUT, target / fast_s))
+        return replace(state, limit=limit, baseline_s=baseline, fast_s=fast_s)
+    room = min(1.0, (target - fast_s) / (target - baseline))
+    step = settings.increase * room * math.sqrt(max(1.0, state.limit))
+    limit = min(float(state.high), state.limit + step)
+    return replace(state, limit=limit, baseline_s=baseline, fast_s=fast_s)
 
 
 def update(
@@ -90,23 +159,24 @@ def update(
     )
     is_retry = kind is OutcomeKind.RETRY
     share = state.retry_share + _SHARE_SMOOTHING * (float(is_retry) - state.retry_share)
+    state = replace(state, smoothed_s=smoothed, retry_share=share)
     overloaded = kind is OutcomeKind.BACKOFF or (is_retry and share > settings.retry_share_to_cut)
-    if is_retry and not overloaded:
-        return replace(state, smoothed_s=smoothed, retry_share=share)
     if overloaded:
         if state.last_cut_at is not None and now - state.last_cut_at < smoothed:
-            return replace(state, smoothed_s=smoothed, retry_share=share)
+            return state
         cut = max(float(state.low), state.limit * settings.backoff_ratio)
-        return replace(state, limit=cut, smoothed_s=smoothed, last_cut_at=now, retry_share=share)
-    # The floor comes from good answers only: an instant refusal says nothing about speed.
-    floor = _next_floor(state.floor_s, latency_s)
-    limit = state.limit
-    if latency_s <= settings.latency_tolerance * floor + _SLACK_S:
-        limit = min(float(state.high), limit + settings.increase)
-    return replace(state, limit=limit, floor_s=floor, smoothed_s=smoothed, retry_share=share)
-
-
-def _next_floor(floor_s: float | None, latency_s: float) -> float:
-    if floor_s is None or latency_s <= floor_s:
-        return latency_s
-    return floor_s + _FLOOR_DRIFT * (latency_s - floor_s)
+        # A cut starts a new sample window: the old one measured another limit.
+        return replace(state, limit=cut, last_cut_at=now, samples=(), window_at=None)
+    if is_retry or now < state.skip_until:
+        # A RETRY says nothing about speed; answers just after a window are of calls sent
+        # under the limit before it.
+        return state
+    window_at = now if state.window_at is None else state.window_at
+    samples = state.samples if len(state.samples) >= MAX_SAMPLES else (*state.samples, latency_s)
+    state = replace(state, samples=samples, window_at=window_at)
+    if len(samples) < MIN_SAMPLES or now - window_at < state.fast_s:
+        return state
+    fast = percentile(samples, FAST_PERCENTILE)
+    spread = percentile(samples, 0.75) - fast
+    ended = after_window(state, fast, settings, spread)
+    return replace(ended, samples=(), window_at=None, skip_until=now + fast)

@@ -61,6 +61,7 @@ async def dispatch(
     rand: Callable[[], float] = random.random,
     park_timer: ParkTimer | None = None,
     drain: asyncio.Event | None = None,
+    limits: dict[int, adaptive.Limit] | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -72,7 +73,8 @@ async def dispatch(
     over in ``DispatchReport.parked`` instead of awaited; ``park_timer`` (kept per endpoint)
     learns answer latencies and says when. Once ``drain`` is set (a draining stop), nothing more
     is sent: calls still out are parked and items not sent yet are handed to the park lane
-    unsent (parking routes only; others go on to the end).
+    unsent (parking routes only; others go on to the end). ``limits`` (kept per endpoint, by
+    lane) carries the adaptive limit from one dispatch to the next; one starts at the top.
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -90,6 +92,7 @@ async def dispatch(
         rand=rand,
         park_timer=park_timer or ParkTimer(),
         drain=drain,
+        limits=limits,
     )
     return await window.run()
 
@@ -108,6 +111,7 @@ class _Window:
         rand: Callable[[], float],
         park_timer: ParkTimer,
         drain: asyncio.Event | None = None,
+        limits: dict[int, adaptive.Limit] | None = None,
     ) -> None:
         self._transport = transport
         self._drain = drain
@@ -134,7 +138,9 @@ class _Window:
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
-        self._limit = adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
+        self._limits = limits
+        kept = None if limits is None else limits.get(settings.lane)
+        self._limit = adaptive.rebound(kept, settings.max_in_flight, settings.adaptive)
         self._bucket = (
             TokenBucket(settings.rate_limit, settings.rate_burst) if settings.rate_limit else None
         )
@@ -361,6 +367,8 @@ class _Window:
         self._limit = adaptive.update(
             self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
         )
+        if self._limits is not None:
+            self._limits[self._settings.lane] = self._limit
         self._stats.answered(outcome.kind, latency_s)
         self._last_answer_at = time.monotonic()
         served = outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer
