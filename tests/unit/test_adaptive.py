@@ -136,7 +136,7 @@ def test_noise_does_not_flap_the_limit() -> None:
         lambda _n, rnd, _t: (rnd.expovariate(20), ACK),
         lambda _n, rnd, _t: (0.02 * rnd.lognormvariate(0, 1.0), ACK),
     ):
-        trace = run_consumer(noisy, seconds=60.0)
+        trace = run_consumer(noisy, seconds=20.0)
         limits = [limit for _, limit in trace]
         # Then the window stays open: at most a small cut now and then
         assert min(limits) >= 48
@@ -221,6 +221,18 @@ def test_a_window_of_timeouts_with_no_good_answer_yet_cuts_once() -> None:
     assert state.current == 50
 
 
+def test_an_overload_cut_grows_back_by_one_per_good_answer() -> None:
+    # Given a limit that holds its latency target at 40, halved by a BACKOFF
+    state = update(Limit(40.0, low=2, high=64, baseline_s=0.02), OutcomeKind.BACKOFF, 0.0, 0.0, ON)
+    assert state.current == 20
+    # When ten good answers come (fewer than a sample window)
+    for i in range(10):
+        state = update(state, ACK, 0.02, now=1.0 + i * 0.01, settings=ON)
+    # Then the cut grew back by one each, and the latency's limit was never touched
+    assert state.current == 30
+    assert state.limit == 40.0
+
+
 def test_a_kept_limit_goes_on_under_the_next_batchs_bounds() -> None:
     kept = Limit(40.0, low=2, high=64, baseline_s=0.02)
     # the next batch has more tasks: a smaller share
@@ -229,6 +241,10 @@ def test_a_kept_limit_goes_on_under_the_next_batchs_bounds() -> None:
     assert rebound(kept, 64, ON).current == 40
     assert rebound(None, 64, ON).current == 64
     assert rebound(kept, 64, AdaptiveSettings(enabled=False)).current == 64
+    # an overload cut lasts its batch, as it always did
+    cut = update(kept, OutcomeKind.BACKOFF, 0.0, 0.0, ON)
+    assert cut.current == 20
+    assert rebound(cut, 64, ON).current == 40
 
 
 def test_disabled_keeps_max_in_flight() -> None:

@@ -27,9 +27,10 @@ class AdaptiveSettings:
     - below it: the limit grows by up to ``increase * sqrt(limit)``, in proportion to how far
       below the target the fast latency is (nothing at the target, all of it at the baseline).
 
-    And it is multiplied by ``backoff_ratio`` at most once per smoothed latency on every BACKOFF
-    answer, and on a RETRY (a timeout is a RETRY) once RETRYs are more than
-    ``retry_share_to_cut`` of recent answers.
+    Apart from the latency, a *cap* is multiplied by ``backoff_ratio`` at most once per smoothed
+    latency on every BACKOFF answer, and on a RETRY (a timeout is a RETRY) once RETRYs are more
+    than ``retry_share_to_cut`` of recent answers; it grows back by ``increase`` per good answer.
+    The window sends at most the smaller of the two.
     """
 
     enabled: bool = True
@@ -71,14 +72,16 @@ MAX_CUT = 0.5
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """The adaptive state. ``limit`` is fractional; ``current`` is what the window uses.
-    ``samples`` are the good answers' latencies of the sample window begun at ``window_at``;
-    ``fast_s`` is the last window's fast latency, ``baseline_s`` the lowest one seen (or the
-    consumer's own latency at the floor, once it got slower for good)."""
+    """The adaptive state. ``limit`` (the latency's) and ``cap`` (the overload cuts') are
+    fractional; ``current`` is what the window uses. ``samples`` are the good answers' latencies
+    of the sample window begun at ``window_at``; ``fast_s`` is the last window's fast latency,
+    ``baseline_s`` the lowest one seen (or the consumer's own latency at the floor, once it got
+    slower for good)."""
 
     limit: float
     low: int
     high: int
+    cap: float = math.inf
     baseline_s: float | None = None
     fast_s: float = 0.0
     spread_s: float = 0.0
@@ -91,7 +94,7 @@ class Limit:
 
     @property
     def current(self) -> int:
-        return max(self.low, min(self.high, math.floor(self.limit)))
+        return max(self.low, min(self.high, math.floor(min(self.limit, self.cap))))
 
 
 def initial_limit(max_in_flight: int, settings: AdaptiveSettings) -> Limit:
@@ -102,12 +105,13 @@ def initial_limit(max_in_flight: int, settings: AdaptiveSettings) -> Limit:
 
 def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings) -> Limit:
     """A state kept from an earlier batch (``None``: none), under this batch's bounds (the
-    route's limits, its task count or its parked calls may have changed since)."""
+    route's limits, its task count or its parked calls may have changed since). The latency's
+    limit goes on; the overload cuts' cap starts afresh with each batch, as it always did."""
     if state is None or not settings.enabled:
         return initial_limit(max_in_flight, settings)
     low = min(settings.min_in_flight, max_in_flight)
     limit = max(float(low), min(float(max_in_flight), state.limit))
-    return replace(state, limit=limit, low=low, high=max_in_flight)
+    return replace(state, limit=limit, low=low, high=max_in_flight, cap=math.inf, last_cut_at=None)
 
 
 def percentile(samples: tuple[float, ...], share: float) -> float:
@@ -164,9 +168,11 @@ def update(
     if overloaded:
         if state.last_cut_at is not None and now - state.last_cut_at < smoothed:
             return state
-        cut = max(float(state.low), state.limit * settings.backoff_ratio)
+        cut = max(float(state.low), min(state.limit, state.cap) * settings.backoff_ratio)
         # A cut starts a new sample window: the old one measured another limit.
-        return replace(state, limit=cut, last_cut_at=now, samples=(), window_at=None)
+        return replace(state, cap=cut, last_cut_at=now, samples=(), window_at=None)
+    if not is_retry and state.cap < state.high:
+        state = replace(state, cap=state.cap + settings.increase)
     if is_retry or now < state.skip_until:
         # A RETRY says nothing about speed; answers just after a window are of calls sent
         # under the limit before it.
