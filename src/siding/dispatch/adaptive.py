@@ -58,8 +58,8 @@ _SMOOTHING = 0.2
 _SHARE_SMOOTHING = 0.05
 # Timer noise: a baseline of a few microseconds must not make every answer look slow.
 _SLACK_S = 0.001
-# A sample window ends once it holds this many good answers (as many as the limit below it) and
-# has lasted one fast latency; it keeps at most MAX_SAMPLES.
+# A sample window ends once it holds this many good answers and has lasted one fast latency (a
+# percentile of fewer is noise); it keeps at most MAX_SAMPLES.
 MIN_SAMPLES = 20
 MAX_SAMPLES = 200
 # The fast latency of a window: this percentile of its good answers' latencies.
