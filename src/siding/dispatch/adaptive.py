@@ -106,12 +106,24 @@ def initial_limit(max_in_flight: int, settings: AdaptiveSettings) -> Limit:
 def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings) -> Limit:
     """A state kept from an earlier batch (``None``: none), under this batch's bounds (the
     route's limits, its task count or its parked calls may have changed since). The latency's
-    limit goes on; the overload cuts' cap starts afresh with each batch, as it always did."""
+    limit goes on; the overload cuts' cap starts afresh with each batch, as it always did, and so
+    does the sample window (its first answers, from a consumer the last batch left idle, are the
+    ones that show its unloaded latency)."""
     if state is None or not settings.enabled:
         return initial_limit(max_in_flight, settings)
     low = min(settings.min_in_flight, max_in_flight)
     limit = max(float(low), min(float(max_in_flight), state.limit))
-    return replace(state, limit=limit, low=low, high=max_in_flight, cap=math.inf, last_cut_at=None)
+    return replace(
+        state,
+        limit=limit,
+        low=low,
+        high=max_in_flight,
+        cap=math.inf,
+        last_cut_at=None,
+        samples=(),
+        window_at=None,
+        skip_until=-math.inf,
+    )
 
 
 def percentile(samples: tuple[float, ...], share: float) -> float:
