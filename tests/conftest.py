@@ -16,6 +16,7 @@ import pytest
 
 from siding.devkit.broker import EmbeddedKafka
 from siding.errors import SidingError
+from tests.schedule import load_table, longest_first
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,6 +35,10 @@ _PY4J_SOCKETS = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExcep
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The longest files first (tests/schedule.py): xdist keeps this order (--no-loadscope-reorder)
+    order = longest_first((item.nodeid.split("::")[0] for item in items), load_table())
+    rank = {path: n for n, path in enumerate(order)}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
     for item in items:
         path = Path(str(item.fspath))
         if _TESTS / "integration" in path.parents:

@@ -2,7 +2,8 @@
 exits 0 within the drain timeout; the next run asks nobody twice. A second signal stops at once
 and still loses nothing. A normal stop prints no Java or py4j stack trace. The stop drains the
 same whether the signal goes to siding's PID or to its whole process group (a service manager,
-Ctrl-C), and a killed siding leaves no Spark process behind (issue 26)."""
+Ctrl-C) (issue 26). That a killed siding leaves no Spark process behind is checked by
+tests/e2e/test_process.py's SIGKILL scenario (its last kill), which has a run to kill anyway."""
 
 from __future__ import annotations
 
@@ -54,32 +55,6 @@ STOPS = [
     Stop("sigterm-group", signal.SIGTERM, group=True),  # `kill -TERM -<pgid>`, a supervisor
     Stop("sigint-group", signal.SIGINT, group=True),  # Ctrl-C in a terminal
 ]
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:  # it ended while we looked
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 class Siding:
@@ -288,28 +263,3 @@ def test_a_stop_from_any_supervisor_drains_and_a_second_signal_loses_nothing(
     again = sum(n - 1 for n in counts.values())
     print(f"drain: {drained} messages, {len(twice)} asked twice; second signal: {again} again")
     assert not twice
-
-
-def test_a_killed_siding_leaves_no_spark_process_behind(scenario: Scenario, tmp_path: Path) -> None:
-    # Given siding running, with Python workers started by deliveries
-    run = Siding(scenario.config, tmp_path / "run.log")
-    try:
-        wait_until(run.running, timeout_s=180, what="siding running")
-        produce(scenario.kafka.bootstrap, scenario.topic, 20)
-        wait_until(lambda: scenario.delivered() >= 20, timeout_s=120, what="deliveries")
-        spark = descendants(run.proc.pid)
-        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in spark if alive(pid)]
-        assert any(b"pyspark.daemon" in command for command in commands), commands
-        # (Spark's JVM runs in a session of its own: a signal to siding's group misses it)
-        assert all(os.getsid(pid) != run.proc.pid for pid in spark if alive(pid))
-        # When siding is killed (SIGKILL to its PID: no handler, no drain)
-        run.proc.kill()
-        run.proc.wait(30)
-        # Then the JVM and its Python workers end too
-        wait_until(
-            lambda: not any(alive(pid) for pid in spark),
-            timeout_s=60,
-            what="Spark's processes gone",
-        )
-    finally:
-        run.kill()

@@ -110,6 +110,57 @@ def test_followers_keep_attempt_1_and_are_delivered_from_the_main_lane(
     assert {(r.attempt, r.lane) for r in records if r.seq in failing} == {(1, 0), (2, 1)}
 
 
+def test_a_retry_that_falls_due_while_its_batch_runs_is_delivered_in_it(
+    kafka: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    sim_consumer: SimFactory,
+) -> None:
+    # Given lane 1's delay is 300 ms and one call in five takes 1.5 s (so most batches run
+    # longer than the delay), every tenth message of a key answered RETRY on its first attempt
+    count = 240
+    topic = topic_name("keyinbatch")
+    rule = Behaviour(
+        latency_s=RULE.latency_s, retry_every=EVERY, keys=KEYS, slow_ratio=0.2, slow_latency_s=1.5
+    )
+    produce(kafka.bootstrap, topic, 1, keys=KEYS)
+    sim, received_file = sim_consumer(
+        latency_s=rule.latency_s,
+        retry_every=EVERY,
+        keys=KEYS,
+        slow_ratio=rule.slow_ratio,
+        slow_latency_s=rule.slow_latency_s,
+    )
+    route = {**_route(topic, f"grpc://{sim.target}"), "lanes": [{"delay": "300ms"}]}
+    with PipelineRun.from_route(
+        kafka.bootstrap, route, checkpoint_dir=tmp_path / "ckpt", spark=spark
+    ) as run:
+        run.wait_committed({0: 1}, timeout_s=120)
+        # When the messages arrive continuously while the route runs
+        _producing(kafka.bootstrap, topic, count, rate=20.0, start_seq=1).join()
+        run.wait_committed({0: count}, timeout_s=180)
+        wait_until(
+            lambda: len(first_acks(read_records(received_file), rule)) == count,
+            timeout_s=90,
+            what="every message acknowledged",
+            check=run.check,
+        )
+        assert not run.dead_letters()
+        hold = run.read_lane_topic(naming.hold_topic(run.route.name))
+    records = read_records(received_file)
+    failing = {seq for seq in range(count) if fails_first_attempt(rule, seq, 1)}
+    # Then some retried messages were ACKed at attempt 2 in lane 1 without ever being written to
+    # the hold topic: their retry went out in the batch that failed them
+    through_hold = {s.origin.offset for s in (h.story for h in hold) if s is not None}
+    retried = {r.seq for r in records if r.seq in failing and (r.attempt, r.lane) == (2, 1)}
+    assert retried == failing
+    assert retried - through_hold, "no retry was delivered in the batch that failed it"
+    # ...and order and attempts hold as on the hold topic's path
+    assert order_violations(records, rule, KEYS) == []
+    assert {(r.attempt, r.lane) for r in records if r.seq not in failing} == {(1, 0)}
+
+
 def test_sigkill_while_messages_are_held_loses_nothing_and_keeps_key_order(
     kafka: EmbeddedKafka,
     tmp_path: Path,

@@ -76,6 +76,18 @@ def _files_on_s3(config: SidingConfig, route: str, env: dict[str, str]) -> list[
             os.environ.pop(key)
 
 
+def _running(proc: subprocess.Popen[bytes], log: Path) -> Callable[[], None]:
+    """A ``wait_until`` check: a run that exited will commit nothing more; say why at once
+    (its last lines) instead of waiting out the timeout."""
+
+    def check() -> None:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise AssertionError(f"siding run exited {proc.returncode}: " + "\n".join(tail))
+
+    return check
+
+
 def _offsets_show(config_file: Path, route: str, env: dict[str, str], out: Path) -> Any:
     show = _siding(
         ["offsets", "show", "-c", str(config_file), "--route", route, "--json"], out, env
@@ -123,17 +135,33 @@ def test_a_route_checkpointed_on_s3_survives_a_sigkill_and_offsets_show_reads_it
     run = ["run", "-c", str(config_file)]
     proc = _siding(run, log, env)
     try:
-        wait_until(lambda: received() >= 200, timeout_s=240, what="deliveries")
+        wait_until(
+            lambda: received() >= 200, timeout_s=240, what="deliveries", check=_running(proc, log)
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
     # Then Spark's checkpoint and siding's owner file are on the S3 server
     assert _files_on_s3(config, "s3route", env)
-    # And a second run on the same checkpoint finishes the work and stops cleanly
+    # And a second run on the same checkpoint takes the route over once the killed run's lease
+    # runs out (it is not refused: the killed run renews nothing), finishes the work and stops
+    # cleanly
     proc = _siding(run, log, env)
     try:
-        watcher.wait_committed({0: count}, timeout_s=240)
+        running = _running(proc, log)
+        wait_until(
+            lambda: "holds its fence (epoch 2)" in log.read_text(errors="replace"),
+            timeout_s=120,
+            what="the fence taken over",
+            check=running,
+        )
+        wait_until(
+            lambda: watcher.committed().get(0, -1) >= count,
+            timeout_s=180,
+            what=f"group offsets {count}",
+            check=running,
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(90)

@@ -25,6 +25,7 @@ from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
+from tests.e2e.procs import alive, descendants
 
 SimFactory = Callable[..., Any]
 
@@ -91,12 +92,15 @@ def test_sigkill_three_times_loses_nothing_and_duplicates_stay_bounded(
         # Most of a batch delivered: without progress records, all of it would come again
         return received() > before + 250
 
-    # When `siding run` is killed with SIGKILL while deliveries are in flight, three times
-    for _ in range(kills):
+    # When `siding run` is killed with SIGKILL while deliveries are in flight, three times (its
+    # process group twice, then its PID alone)
+    for n in range(kills):
         before = received()
         proc = _siding_run(config, log)
         try:
             wait_until(partial(grew_past, before), timeout_s=120, what="deliveries")
+            if n == kills - 1:
+                _sigkill_of_the_pid_leaves_no_spark_process(proc)
         finally:
             _kill_group(proc, signal.SIGKILL)
             proc.wait(30)
@@ -133,6 +137,23 @@ def test_sigkill_three_times_loses_nothing_and_duplicates_stay_bounded(
     # records of the replayed batches were left out (docs/replay.md)
     assert skipped > 0
     assert duplicates <= kills * (route["max_in_flight"] + 100)  # type: ignore[operator]
+
+
+def _sigkill_of_the_pid_leaves_no_spark_process(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` (a `siding run` whose Python workers delivered) with SIGKILL to its PID
+    alone, and assert that Spark's JVM and its Python workers end too (issue 26)."""
+    spark = descendants(proc.pid)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in spark if alive(pid)]
+    assert any(b"pyspark.daemon" in command for command in commands), commands
+    # (Spark's JVM runs in a session of its own: a signal to siding's group misses it)
+    assert all(os.getsid(pid) != proc.pid for pid in spark if alive(pid))
+    # When siding is killed (SIGKILL to its PID: no handler, no drain)
+    proc.kill()
+    proc.wait(30)
+    # Then the JVM and its Python workers end too
+    wait_until(
+        lambda: not any(alive(pid) for pid in spark), timeout_s=60, what="Spark's processes gone"
+    )
 
 
 def test_sigkill_while_calls_are_parked_loses_nothing(

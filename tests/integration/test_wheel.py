@@ -125,9 +125,10 @@ def venv(wheels: tuple[Path, Path]) -> Path:
             _run([sys.executable, "-m", "venv", str(folder)])
             pins = folder / "runtime.txt"
             pins.write_text("\n".join(_runtime_pins()) + "\n")
-            _run(
-                [str(python), "-m", "pip", "install", "-q", "-r", str(pins), str(sdk), str(siding)]
-            )
+            # env here too: a PYTHONPATH naming the checkout (or any other packages) would have
+            # pip take them as installed and leave them out of the venv
+            install = ["install", "-q", "-r", str(pins), str(sdk), str(siding)]
+            _run([str(python), "-m", "pip", *install], env)
             (folder / ".complete").touch()
         else:  # the wheels just built replace the last run's
             reinstall = ["install", "-q", "--no-deps", "--force-reinstall", str(sdk), str(siding)]

@@ -35,6 +35,8 @@ def model_keys(model: type[BaseModel] = SidingConfig, prefix: str = "") -> Itera
             yield "kafka.<property>"
         elif key in ("kafka.librdkafka", "kafka.java"):  # one client's settings
             yield f"{key}.<property>"
+        elif key == "kafka.clusters":  # more clusters, each as [kafka] is
+            yield "kafka.clusters.<name>"
         elif inner is None or inner is Endpoint:
             yield key
         elif key == "route":  # [[route]] tables
@@ -63,7 +65,9 @@ def file_keys(table: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
     """Every key a parsed TOML file uses, in the same notation."""
     for name, value in table.items():
         key = f"{prefix}{name}"
-        if prefix == "kafka." and name in ("librdkafka", "java"):
+        if prefix == "kafka." and name == "clusters":
+            yield "kafka.clusters.<name>"
+        elif prefix == "kafka." and name in ("librdkafka", "java"):
             yield f"{key}.<property>"
         elif prefix == "kafka." and name != "bootstrap":
             yield "kafka.<property>"

@@ -277,7 +277,10 @@ def test_suspects_convictions_and_holdouts_are_shown(
         "billing", 0, [TaskResult(counts=StepCounts(records=10, to_dlq=1), stats=died)], 0.1
     )
     metrics.on_result(
-        "billing", 0, [TaskResult(counts=StepCounts(records=1, to_lane=1), stats=held)], 0.1
+        "billing",
+        0,
+        [TaskResult(counts=StepCounts(records=1, to_lane=1), stats=held, spans_dropped=3)],
+        0.1,
     )
     # Then /status and /metrics show them
     _, doc = get_json(server, "/status")
@@ -299,6 +302,7 @@ def test_suspects_convictions_and_holdouts_are_shown(
     assert samples["siding_isolations_total"] == 15
     assert samples["siding_crash_convictions_total"] == 1
     assert samples["siding_holdouts_total"] == 1
+    assert samples["siding_trace_spans_dropped_total"] == 3
 
 
 @pytest.mark.parametrize(

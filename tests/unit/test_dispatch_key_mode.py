@@ -10,7 +10,7 @@ import pytest
 
 from siding.dispatch import DispatchSettings, WaitingRecord, Work, dispatch
 from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, delivery_id
-from siding.steps import Done, Held, ToDlq, ToLane
+from siding.steps import Done, Held, Resent, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
 
 LANES = (Lane(delay_s=1.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))
@@ -140,3 +140,149 @@ async def test_random_outcomes_never_break_key_order(seed: int) -> None:
             assert all(o not in sent for o in offsets if o > moved[0])
             # ...and everything after it is held with its attempt unspent
             assert all(isinstance(by_offset[o].step, Held) for o in offsets if o > moved[0])
+
+
+# ---- a retry that falls due inside its batch (issue 27, item 5) --------------------------------
+
+SHORT = (Lane(delay_s=0.05, deadline_s=4.0), Lane(delay_s=30.0, deadline_s=5.0))
+SHORT_KEYED = DispatchSettings(max_in_flight=50, deadline_s=1.0, lanes=SHORT, ordering=Ordering.KEY)
+SLOW_S = 0.4
+
+
+class Deadlines(ScriptedTransport):
+    """Remembers the deadline each send was given."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.deadlines: list[tuple[str, int, float]] = []
+
+    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        self.deadlines.append((delivery.id, delivery.attempt, deadline_s))
+        return await super().send(delivery, deadline_s)
+
+
+def slow_j(delivery: Delivery) -> float:
+    """Key j's record keeps the batch running while key k's retry waits out its delay."""
+    return SLOW_S if delivery.key == b"j" else 0.001
+
+
+async def test_a_retry_that_falls_due_while_the_batch_runs_is_delivered_in_it() -> None:
+    # Given k/1 answers RETRY once, k/2 and k/3 behind it, and j/9 takes longer than lane 1's delay
+    transport = Deadlines({rec(1, b"k").id: [RETRY, Outcome(OutcomeKind.ACK)]}, latency_s=slow_j)
+    work = [Work(rec(o, b"k")) for o in (1, 2, 3)] + [Work(rec(9, b"j"))]
+    began = time.time()
+    report = await dispatch(transport, work, SHORT_KEYED)
+    # Then k/1 went again in this batch, as lane 1 delivers it: attempt 2, lane 1, its deadline,
+    # no earlier than lane 1's delay after its failure
+    sent = [(d.offset, d.attempt, d.lane) for d in transport.started if d.key == b"k"]
+    assert sent == [(1, 1, 0), (1, 2, 1), (2, 1, 0), (3, 1, 0)]
+    assert (rec(1, b"k").id, 2, SHORT[0].deadline_s) in transport.deadlines
+    first, retry = (s for s in transport.sends if s.delivery.offset == 1)
+    assert retry.started_at - first.ended_at >= SHORT[0].delay_s - 0.005
+    # ...and every record is done: nothing goes to the hold topic, nothing is held
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    done = report.settled[0].work
+    assert (done.delivery.attempt, done.delivery.lane, done.deadline_s) == (2, 1, 4.0)
+    assert [(h.lane, h.attempt, h.reason) for h in done.hops] == [(0, 1, "later")]
+    assert (report.stats.retried_in_batch, report.stats.left_batch, report.stats.followed) == (
+        1,
+        0,
+        0,
+    )
+    # the batch took about the slow call, not the slow call plus a delay
+    assert time.time() - began < SLOW_S + 0.3
+
+
+async def test_a_retry_that_fails_again_leaves_the_batch_with_its_story() -> None:
+    transport = ScriptedTransport({rec(1, b"k").id: RETRY}, latency_s=slow_j)
+    work = [Work(rec(o, b"k")) for o in (1, 2)] + [Work(rec(9, b"j"))]
+    report = await dispatch(transport, work, SHORT_KEYED)
+    # Then its second failure sends it on to lane 2 (through the hold topic), as lane 1 would
+    step = report.settled[0].step
+    assert isinstance(step, ToLane)
+    assert (step.lane, step.attempt) == (2, 3)
+    retried = report.settled[0].work
+    assert (retried.delivery.attempt, retried.delivery.lane, len(retried.hops)) == (2, 1, 1)
+    # ...and the record behind it is held, unsent, its attempt unspent
+    assert offsets_sent(transport, b"k") == [1, 1]
+    assert report.settled[1].step == Held(f"following {rec(1, b'k').id}")
+    assert report.settled[1].work.delivery.attempt == 1
+
+
+async def test_a_retry_dead_in_the_batch_frees_its_key() -> None:
+    transport = ScriptedTransport({rec(1, b"k").id: [RETRY, DEAD]}, latency_s=slow_j)
+    work = [Work(rec(o, b"k")) for o in (1, 2)] + [Work(rec(9, b"j"))]
+    report = await dispatch(transport, work, SHORT_KEYED)
+    assert isinstance(report.settled[0].step, ToDlq)
+    assert report.settled[0].work.delivery.attempt == 2
+    assert offsets_sent(transport, b"k") == [1, 1, 2]
+    assert isinstance(report.settled[1].step, Done)
+
+
+async def test_a_retry_not_due_when_nothing_else_is_out_leaves_the_batch_at_once() -> None:
+    # Given lane 1's delay is 30 s and nothing else keeps the batch running
+    lanes = (Lane(delay_s=30.0, deadline_s=5.0), *SHORT[1:])
+    settings = DispatchSettings(
+        max_in_flight=50, deadline_s=1.0, lanes=lanes, ordering=Ordering.KEY
+    )
+    transport = ScriptedTransport({rec(1, b"k").id: RETRY}, latency_s=0.01)
+    began = time.time()
+    report = await dispatch(transport, [Work(rec(o, b"k")) for o in (1, 2)], settings)
+    # Then the batch does not wait: k/1 leaves as it was answered (attempt 1 failed, to lane 1)
+    assert time.time() - began < 1.0
+    step, work = report.settled[0].step, report.settled[0].work
+    assert isinstance(step, ToLane)
+    assert (step.lane, step.attempt) == (1, 2)
+    assert (work.delivery.attempt, work.delivery.lane, work.hops) == (1, 0, ())
+    assert report.settled[1].step == Held(f"following {rec(1, b'k').id}")
+    assert (report.stats.retried_in_batch, report.stats.left_batch) == (1, 1)
+
+
+async def test_retries_stay_out_of_retry_lanes_and_unkeyed_records() -> None:
+    # A retry lane's slice of a key route, and a record without a key, go on as before
+    lane1 = DispatchSettings(
+        max_in_flight=50, deadline_s=1.0, lanes=SHORT, lane=1, ordering=Ordering.KEY
+    )
+    transport = ScriptedTransport({rec(1, b"k", 2, 1).id: RETRY}, latency_s=slow_j)
+    report = await dispatch(transport, [Work(rec(1, b"k", 2, 1)), Work(rec(9, b"j", 2, 1))], lane1)
+    assert isinstance(report.settled[0].step, ToLane)
+    transport = ScriptedTransport({rec(1, None).id: RETRY}, latency_s=slow_j)
+    report = await dispatch(transport, [Work(rec(1, None)), Work(rec(9, b"j"))], SHORT_KEYED)
+    assert isinstance(report.settled[0].step, ToLane)
+    assert report.stats.retried_in_batch == 0
+
+
+async def test_a_retry_read_back_before_its_time_is_delivered_when_it_falls_due() -> None:
+    # Given the main lane reads k/1 back from the hold topic (attempt 2, lane 1) 100 ms before
+    # its time, k/2 held behind it, k/3 new, and j/9 keeps the batch running
+    due_ms = int(time.time() * 1000) + 100
+    waiting = {(0, b"k"): [WaitingRecord(1, 1, due_ms), WaitingRecord(2, 0, 0)]}
+    work = [
+        Work(rec(1, b"k", attempt=2, lane=1), due_ms, deadline_s=4.0),
+        Work(rec(2, b"k")),
+        Work(rec(3, b"k")),
+        Work(rec(9, b"j")),
+    ]
+    transport = ScriptedTransport(latency_s=slow_j)
+    report = await dispatch(transport, work, SHORT_KEYED, waiting=waiting)
+    # Then it goes in this batch, not before its time, and its key's records follow in order
+    sent = [(d.offset, d.attempt, d.lane) for d in transport.started if d.key == b"k"]
+    assert sent == [(1, 2, 1), (2, 1, 0), (3, 1, 0)]
+    first = next(s for s in transport.sends if s.delivery.offset == 1)
+    assert first.started_at * 1000 >= due_ms - 1
+    assert all(isinstance(s.step, Done) for s in report.settled)
+
+
+async def test_a_retry_read_back_leaves_unchanged_when_nothing_else_is_out() -> None:
+    due_ms = int(time.time() * 1000) + 30_000
+    waiting = {(0, b"k"): [WaitingRecord(1, 1, due_ms), WaitingRecord(2, 0, 0)]}
+    work = [Work(rec(1, b"k", attempt=2, lane=1), due_ms), Work(rec(2, b"k"))]
+    transport = ScriptedTransport()
+    began = time.time()
+    report = await dispatch(transport, work, SHORT_KEYED, waiting=waiting)
+    assert time.time() - began < 1.0
+    assert transport.started == []
+    # Then it is written back as it came, due at its time, and the record behind it is held
+    assert report.settled[0].step == Resent(due_ms)
+    assert report.settled[1].step == Held(f"following {rec(1, b'k').id}")
+    assert report.stats.left_batch == 1

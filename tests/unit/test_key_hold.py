@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Settled, Work
+from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
 from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, WaitEvent, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
 from siding.pipeline.driver.keystate import KeyWaits
@@ -25,12 +26,10 @@ from siding.pipeline.executor.task import (
     route_out,
     slice_work,
     wait_events,
-    waiting_in_hold,
 )
 from siding.routing import story
 from siding.routing.producer import OutRecord
-from siding.routing.records import requeue_record
-from siding.steps import Done, Held, ToLane
+from siding.steps import Done, Held, Resent, ToLane
 
 CONFIG = """
 [kafka]
@@ -99,12 +98,16 @@ def test_the_main_lane_reads_the_hold_topic_back_with_each_records_story() -> No
     # attempt 1 in the main lane; the retried one is attempt 2 in lane 1, due at its not-before
     got = [(i.delivery.attempt, i.delivery.lane, i.not_before_ms) for i in items]
     assert got == [(1, 0, 0), (1, 0, 0), (2, 1, 5_000)]
-    # When the main lane's batch runs before the retry is due, only the retried one waits
-    assert waiting_in_hold(task, items, now_ms=4_999) == [items[2]]
-    assert waiting_in_hold(task, items, now_ms=5_000) == []
-    # ...and once due it is delivered with lane 1's deadline, the others with the main lane's
-    deadlines = [w.deadline_s for w in slice_work(task, items, set())]
-    assert deadlines == [None, None, ROUTE.lanes_as_model()[0].deadline_s]
+    # The retried one is dispatched with lane 1's deadline, not before its time, the others
+    # with the main lane's, at once
+    work = slice_work(task, items, set())
+    got_work = [(w.deadline_s, w.not_before_ms) for w in work]
+    assert got_work == [(None, 0), (None, 0), (ROUTE.lanes_as_model()[0].deadline_s, 5_000)]
+    # When the main lane's batch runs before the retry is due, only the retried one waits for
+    # its time in the batch (and is written back unchanged if it must leave before it)
+    settings = task.settings
+    assert [read_before_due(w, settings, now_ms=4_999) for w in work] == [None, None, Resent(5_000)]
+    assert [read_before_due(w, settings, now_ms=5_000) for w in work] == [None] * 3
     # without a hold topic, the same row is a source record (siding headers not trusted)
     assert incoming([as_row(held[1])], 0)[0].delivery.attempt == 1
 
@@ -143,12 +146,14 @@ def test_the_main_lane_starts_the_hold_topic_from_its_beginning() -> None:
 class World:
     """A route in key mode, reduced to what ordering needs: the source, the hold topic (held
     records and retried ones waiting out their delay), the key state, a clock in ticks of one
-    main-lane batch, and what the consumer ACKed first."""
+    main-lane batch, and what the consumer ACKed first (and the lanes each ACKed record passed).
+    ``fails`` says how many times each record answers RETRY (1 or 2) before its ACK."""
 
-    fails: set[int]
+    fails: dict[int, int]
     waits: KeyWaits = field(default_factory=lambda: KeyWaits("state"))
     held: list[OutRecord] = field(default_factory=list)
     acked: list[Delivery] = field(default_factory=list)
+    stories: dict[int, tuple[LaneHop, ...]] = field(default_factory=dict)
     sends: int = 0
     clock: int = 1_000
 
@@ -160,62 +165,90 @@ class World:
         self.held = []
         task = plan(0, self.waits)
         items = incoming(rows, 0, HOLD)
-        later = waiting_in_hold(task, items, self.clock)
-        work = slice_work(task, items, {i.delivery.id for i in later})
-        self.held += [
-            requeue_record(
-                i.delivery,
-                not_before_ms=i.not_before_ms,
-                hops=i.hops,
-                route="r",
-                lane_topic=retry_topic(task, i.delivery),
-            )
-            for i in later
-        ]
-        settled = self.dispatch(task, [w.delivery for w in work], data)
-        self.held += [r for r in route_out(task, settled, {}, self.clock) if r.topic == HOLD]
+        work = slice_work(task, items, set())
+        settled = self.dispatch(task, work, data)
+        hops = {i.delivery.id: i.hops for i in items if i.hops}
+        self.held += [r for r in route_out(task, settled, hops, self.clock) if r.topic == HOLD]
+        for s in settled:
+            if isinstance(s.step, Done):
+                d = s.work.delivery
+                self.stories[d.offset] = (*hops.get(d.id, ()), *s.work.hops)
         self.waits.apply(wait_events(task, settled))
         return settled
 
-    def dispatch(
-        self, task: TaskPlan, deliveries: Sequence[Delivery], data: st.DataObject
-    ) -> list[Settled]:
-        lines = KeyLines(deliveries, Ordering.KEY, task.waiting)
+    def dispatch(self, task: TaskPlan, work: Sequence[Work], data: st.DataObject) -> list[Settled]:
+        """The window's key rules, sends in any order, a batch lasting one tick of the clock: a
+        failed record's retry (``retry_in_batch``), and a retried record read back before its
+        time (``read_before_due``), wait in the batch; each either falls due while other sends
+        are out, or leaves the batch when nothing else is (``give_up``), its key's records then
+        held behind it."""
+        works = list(work)
+        lines = KeyLines([w.delivery for w in works], Ordering.KEY, task.waiting)
         steps: dict[int, Any] = {}
         out: list[int] = []
+        waiters: dict[int, tuple[Work, ToLane | Resent]] = {}
 
         def take(released: Released) -> None:
-            out.extend(released.send)
+            for index in released.send:
+                early = read_before_due(works[index], task.settings, self.clock)
+                if early is None:
+                    out.append(index)
+                else:
+                    waiters[index] = (works[index], early)
             for index, blocker in released.follow:
-                steps[index] = follow(blocker)
+                early = read_before_due(works[index], task.settings, self.clock)
+                steps[index] = follow(blocker) if early is None else early
 
         take(lines.start())
-        while out:
+        while out or waiters:
+            due = [(works[i].not_before_ms, i) for i in waiters]
+            if give_up(due, waiters, others_out=bool(out), now_ms=self.clock):
+                for index, (left, step) in sorted(waiters.items()):
+                    works[index] = left
+                    steps[index] = step
+                    lane = step.lane if isinstance(step, ToLane) else left.delivery.lane
+                    take(lines.settle(index, Blocker(left.delivery.id, lane, step.not_before_ms)))
+                waiters = {}
+                continue
+            # a waiting retry due before this batch's tick ends may fall due while other sends
+            # are out (or is due already): it goes in this batch
+            ready = sorted(i for i in waiters if works[i].not_before_ms <= self.clock + 1)
+            if ready and (not out or data.draw(st.booleans())):
+                index = data.draw(st.sampled_from(ready))
+                del waiters[index]
+                out.append(index)
+                continue
             index = out.pop(data.draw(st.integers(0, len(out) - 1)))
-            delivery = deliveries[index]
+            delivery = works[index].delivery
             self.sends += 1
-            if delivery.offset in self.fails and delivery.attempt == 1:
-                due = self.clock + data.draw(st.integers(0, 3))
-                steps[index] = ToLane(1, 2, due, "sim: retry")
-                take(lines.settle(index, Blocker(delivery.id, 1, due)))
+            if delivery.attempt <= self.fails.get(delivery.offset, 0):
+                due_ms = self.clock + data.draw(st.integers(0, 3))
+                step = ToLane(delivery.lane + 1, delivery.attempt + 1, due_ms, "sim: retry")
+                retried = retry_in_batch(works[index], step, task.settings, self.clock)
+                if retried is not None:
+                    waiters[index] = (works[index], step)
+                    works[index] = retried
+                    continue
+                steps[index] = step
+                take(lines.settle(index, Blocker(delivery.id, step.lane, due_ms)))
             else:
                 steps[index] = Done()
                 self.acked.append(delivery)
                 take(lines.settle(index, None))
-        return [Settled(Work(d), steps[i]) for i, d in enumerate(deliveries)]
+        return [Settled(w, steps[i]) for i, w in enumerate(works)]
 
 
 @settings(deadline=None, max_examples=150)
 @given(
     st.integers(1, 40),
-    st.sets(st.integers(0, 39)),
+    st.dictionaries(st.integers(0, 39), st.integers(1, 2)),
     st.lists(st.integers(0, 6), max_size=30),
     st.data(),
 )
 def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
-    count: int, fails: set[int], chunks: list[int], data: st.DataObject
+    count: int, fails: dict[int, int], chunks: list[int], data: st.DataObject
 ) -> None:
-    world = World({f for f in fails if f < count})
+    world = World({o: n for o, n in fails.items() if o < count})
     offsets = list(range(count))
     # Source records arrive in chunks, one main-lane batch each
     for chunk in chunks:
@@ -232,11 +265,15 @@ def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
     for key in (b"k0", b"k1"):
         firsts = [d.offset for d in world.acked if d.key == key]
         assert firsts == sorted(firsts)
-    # Only records that failed were charged an attempt; they were retried in lane 1
+    # Only records that failed were charged an attempt, one per failure, each retried in its
+    # lane (in the batch that failed it, or from the hold topic), with one hop per lane passed
     for d in world.acked:
-        assert (d.attempt, d.lane) == ((2, 1) if d.offset in world.fails else (1, 0))
+        failures = world.fails.get(d.offset, 0)
+        assert (d.attempt, d.lane) == (failures + 1, failures)
+        hops = world.stories[d.offset]
+        assert [(h.lane, h.attempt) for h in hops] == [(n, n + 1) for n in range(failures)]
     # No record was sent more often than its failures make it
-    assert world.sends == count + len(world.fails)
+    assert world.sends == count + sum(world.fails.values())
     # A new record of the key now goes straight out in the main lane
     (fresh,) = world.main([count], data)
     assert isinstance(fresh.step, Done)

@@ -21,6 +21,7 @@ from siding.pipeline.executor.lease import (
     fold_all,
     holder_until,
     newer,
+    outwaited,
     won,
 )
 
@@ -92,6 +93,40 @@ def test_the_lease_never_goes_back_to_an_older_epoch(claims: list[tuple[int, str
         current, _ = fold_all(current, [Lease(epoch, holder, 1.0)])
         if before is not None:
             assert current is not None and current.epoch >= before.epoch
+
+
+def test_a_dead_holders_lease_found_after_a_slow_first_read_is_taken_not_refused() -> None:
+    # Given a restart without --standby that began watching at 100, and whose first read of the
+    # fence topic (a loaded machine: connecting, fetching) brought the SIGKILLed holder's last
+    # renewal only at 103
+    found = seen = 103.0
+    lease = Lease(1, A, 10.0)
+    # Then it keeps waiting past one lease from its own start (stop 34's CI: it gave up at 110
+    # with "route ... is run by ...", where the lease ran out at 113)...
+    for now in (110.0, 110.5, 112.9):
+        assert isinstance(decide(lease, seen, now), Held)
+        assert not outwaited(lease, found, seen)
+    # ...and takes the route when the lease runs out
+    assert decide(lease, seen, 113.0) == Free(2)
+
+
+@given(found=st.floats(0, 1e6), share=st.floats(0, 0.999), lease_s=st.floats(0.1, 600))
+def test_a_holder_that_renews_nothing_after_it_was_found_is_never_outwaited(
+    found: float, share: float, lease_s: float
+) -> None:
+    # However late its last record was read (up to ``share`` of a lease after a first read at
+    # ``found``), a dead holder whose renewals stopped makes nobody give up
+    assert not outwaited(Lease(1, A, lease_s), found, found + share * lease_s)
+
+
+def test_a_holder_still_renewing_one_lease_after_it_was_found_is_alive() -> None:
+    lease = Lease(4, A, 10.0)
+    assert not outwaited(lease, 100.0, 108.0)
+    assert not outwaited(lease, 100.0, 110.0)
+    assert outwaited(lease, 100.0, 110.5)
+    # A released lease is free: nothing to give up on
+    assert not outwaited(Lease(4, A, 10.0, released=True), 100.0, 120.0)
+    assert not outwaited(None, 100.0, 120.0)
 
 
 def test_workers_see_a_newer_epoch() -> None:

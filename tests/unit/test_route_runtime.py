@@ -15,6 +15,7 @@ from siding.config import RouteConfig, SidingConfig, parse_config
 from siding.pipeline.driver import route as route_module
 from siding.pipeline.driver import topics
 from siding.pipeline.driver.batch import BatchSink
+from siding.pipeline.driver.clusters import Admins
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain
@@ -44,7 +45,7 @@ def _runtime(config: SidingConfig, route: RouteConfig) -> RouteRuntime:
     return RouteRuntime(
         route,
         config,
-        admin=None,
+        admins=Admins(config.kafka, make=lambda _conf: None),
         sink=BatchSink(),
         stop=threading.Event(),
         controls=RouteControls(),
@@ -69,7 +70,13 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Each Kafka-facing step of ``open``, by route; a source named ``src-missing`` fails."""
     done: list[str] = []
 
-    def prepare(_admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:  # noqa: ARG001
+    def prepare(
+        _admin: Any,
+        route: RouteConfig,
+        *,
+        fenced: bool = False,  # noqa: ARG001
+        write_admin: Any = None,  # noqa: ARG001
+    ) -> Prepared:
         if route.name == "missing":
             raise RouteFailed(f"route {route.name}: source topic src-missing does not exist")
         done.append(f"prepare {route.name}")

@@ -19,7 +19,7 @@ def with_api_route(config: SidingConfig, route: str) -> SidingConfig:
         records = read_to_end(config.kafka.client_config(), config.control.registry_topic)
     except SidingError:
         return config  # no registry: the error says the route is not in the file
-    found = api_route(records, route, config.route)
+    found = api_route(records, route, config.route, config.kafka.names)
     if found is None:
         return config
     return config.model_copy(update={"route": (*config.route, found)})

@@ -41,6 +41,8 @@ def check_config(file: Path | None, option: Path | None, strict: bool) -> None:
     path = file or option or Path("siding.toml")
     config = load_config(path)
     shown = {**config.redacted_dict(), "kafka_clients": config.kafka.shown()}
+    if config.kafka.clusters:  # what each client gets on each [kafka.clusters.<name>]
+        shown["cluster_clients"] = {n: c.shown() for n, c in config.kafka.clusters.items()}
     click.echo(json.dumps(shown, indent=2, default=str))
     notes = config.kafka.notes
     for note in notes:

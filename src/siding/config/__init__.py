@@ -17,7 +17,17 @@ from siding.config.models import (
     RouteConfig,
     SidingConfig,
 )
-from siding.config.sections import ControlConfig, FenceConfig, KafkaConfig, SparkConfig
+from siding.config.sections import (
+    DEFAULT_CLUSTER,
+    ClusterConfig,
+    ControlConfig,
+    FenceConfig,
+    KafkaConfig,
+    Role,
+    SparkConfig,
+    cluster_name,
+)
+from siding.config.tracing import TracingConfig
 from siding.config.values import (
     format_duration,
     interpolate,
@@ -32,6 +42,7 @@ from siding.naming import (
 )
 
 __all__ = [
+    "DEFAULT_CLUSTER",
     "MAX_LANES",
     "MAX_LANE_ATTEMPTS",
     "ROUTE_NAME_MAX",
@@ -40,6 +51,7 @@ __all__ = [
     "AuthConfig",
     "BatchConfig",
     "BreakerConfig",
+    "ClusterConfig",
     "ControlConfig",
     "Duration",
     "Endpoint",
@@ -47,10 +59,13 @@ __all__ = [
     "KafkaConfig",
     "LaneConfig",
     "PositiveDuration",
+    "Role",
     "RouteConfig",
     "Setting",
     "SidingConfig",
     "SparkConfig",
+    "TracingConfig",
+    "cluster_name",
     "format_duration",
     "interpolate",
     "is_legal_topic_name",

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from siding.config.fields import Problem
 from siding.config.models import SECRET_FILE_KEYS, RouteConfig, SidingConfig
-from siding.config.sections import DEFAULT_CHECKPOINT_DIR
+from siding.config.sections import DEFAULT_CHECKPOINT_DIR, DEFAULT_CLUSTER, in_cluster
 from siding.config.values import interpolate
 from siding.errors import ConfigError
 from siding.naming import is_safe_route_name
@@ -71,14 +71,23 @@ def parse_config(
 _PLACEHOLDER_KAFKA = {"bootstrap": "127.0.0.1:9092"}
 
 
-def parse_route(table: Mapping[str, Any], existing: Sequence[RouteConfig] = ()) -> RouteConfig:
+def parse_route(
+    table: Mapping[str, Any],
+    existing: Sequence[RouteConfig] = (),
+    clusters: Sequence[str] = (),
+) -> RouteConfig:
     """One route from the keys of a ``[[route]]`` table given as data (the control API's
     ``POST /routes``), validated by the same code as a file, with the same error keys
     (``route[<name>].<key>``), then against the ``existing`` routes (names, topic and group).
 
     Nothing is read from the driver's environment or files: no ``${VAR}``, no ``*_file`` keys
-    (a route made through the API gives its secrets inline)."""
+    (a route made through the API gives its secrets inline). ``clusters``: the names a route's
+    ``cluster`` and ``write_cluster`` may take (``[kafka]``'s ``default`` always)."""
     data = dict(table)
+    kafka = {
+        **_PLACEHOLDER_KAFKA,
+        "clusters": {n: _PLACEHOLDER_KAFKA for n in clusters if n != DEFAULT_CLUSTER},
+    }
     raw = {"route": [data]}
     try:
         auth = data.get("auth")
@@ -89,10 +98,10 @@ def parse_route(table: Mapping[str, Any], existing: Sequence[RouteConfig] = ()) 
                     "files are not read for a route made through the control API: give"
                     f" {_inline(file_key)} itself",
                 )
-        route = SidingConfig.model_validate({"kafka": _PLACEHOLDER_KAFKA, "route": [data]}).route[0]
+        route = SidingConfig.model_validate({"kafka": kafka, "route": [data]}).route[0]
         named = [*({"name": r.name} for r in existing), {"name": route.name}]
         raw = {"route": named}
-        SidingConfig.model_validate({"kafka": _PLACEHOLDER_KAFKA, "route": [*existing, route]})
+        SidingConfig.model_validate({"kafka": kafka, "route": [*existing, route]})
     except Problem as exc:
         raise ConfigError(_key(exc.loc, raw), exc.message) from None
     except ValidationError as exc:
@@ -205,6 +214,8 @@ def _translate(exc: ValidationError, raw: Mapping[str, Any]) -> ConfigError:
         message = "write each route as a [[route]] table"
     else:
         message = _plain(first["type"], first.get("ctx") or {}) or first["msg"]
+    if loc[:2] == ("kafka", "clusters") and len(loc) > 2:
+        message = in_cluster(message, str(loc[2]))
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return ConfigError(_key(_as_written(loc, raw), raw), message)

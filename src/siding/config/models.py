@@ -30,8 +30,10 @@ from siding.config.sections import (
     FenceConfig,
     KafkaConfig,
     SparkConfig,
+    cluster_name,
     fence_on,
 )
+from siding.config.tracing import TracingConfig
 from siding.config.url_template import UrlTemplate, parse_url_template
 from siding.config.values import Scheme, check_webhook_secret, parse_endpoint_url
 from siding.errors import ConfigError
@@ -300,6 +302,10 @@ class RouteConfig(BaseModel):
     # Consumer instances that join at runtime (docs/registration.md).
     registration_token: SecretStr | None = None
     lease: PositiveDuration = DEFAULT_LEASE_S
+    # The Kafka cluster the route reads (a [kafka.clusters.<name>]; None: [kafka]), and the one
+    # its lanes, DLQ, state topics and outputs are on (None: the one it reads): cluster_name.
+    cluster: str | None = None
+    write_cluster: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -461,6 +467,13 @@ class RouteConfig(BaseModel):
             raise Problem(("adaptive", "min_in_flight"), "must not exceed max_in_flight")
         if "compress_above" in self.model_fields_set and self.compression == "none":
             raise Problem(("compress_above",), "only applies with compression = 'gzip'")
+        source, write = cluster_name(self, "source"), cluster_name(self, "write")
+        if self.ordering is Ordering.KEY and source != write:
+            raise Problem(
+                ("write_cluster",),
+                f"ordering = 'key' keeps held records in a topic the main lane reads beside the"
+                f" source, so on the source's cluster ({source!r}): leave write_cluster out",
+            )
         if not self.endpoint:
             return self  # every endpoint joins at runtime: each is checked when it joins
         first = self.endpoint[0]
@@ -634,8 +647,9 @@ SAME_SOURCE = "another route has the same topic and group"
 def source_clash(one: RouteConfig, two: RouteConfig) -> str | None:
     """Pure: why two routes may not run together, or ``None``: both would commit the same
     group's offsets of a partition (the same group, a topic one names that the other reads or
-    the same pattern, and partitions both read: a pin disjoint from the other's is fine)."""
-    if one.group != two.group:
+    the same pattern, and partitions both read: a pin disjoint from the other's is fine) on
+    the same cluster."""
+    if one.group != two.group or cluster_name(one, "source") != cluster_name(two, "source"):
         return None
     if one.topic_pattern is not None and one.topic_pattern == two.topic_pattern:
         return SAME_SOURCE
@@ -660,6 +674,7 @@ class SidingConfig(BaseModel):
     spark: SparkConfig = SparkConfig()
     control: ControlConfig = ControlConfig()
     fence: FenceConfig = FenceConfig()
+    tracing: TracingConfig = TracingConfig()
     route: tuple[RouteConfig, ...] = ()
 
     @model_validator(mode="after")
@@ -678,6 +693,14 @@ class SidingConfig(BaseModel):
                     "required key is missing (consumer instances could join the route only"
                     " through the control API, which [control] listen turns off)",
                 )
+            for key in ("cluster", "write_cluster"):
+                name = getattr(route, key)
+                if name is not None and name not in self.kafka.names:
+                    raise Problem(
+                        ("route", i, key),
+                        f"no cluster named {name!r}: define [kafka.clusters.{name}]"
+                        f" (clusters: {', '.join(self.kafka.names)})",
+                    )
             for earlier in self.route[:i]:
                 clash = source_clash(earlier, route)
                 if clash is not None:
@@ -720,5 +743,9 @@ class SidingConfig(BaseModel):
         kafka = data["kafka"]
         data["kafka"] = {"bootstrap": self.kafka.bootstrap, **kafka["client"]}
         data["kafka"].update({t: kafka[t] for t in ("librdkafka", "java") if kafka[t]})
+        for name, cluster in kafka.get("clusters", {}).items():
+            shown = {"bootstrap": cluster["bootstrap"], **cluster["client"]}
+            shown.update({t: cluster[t] for t in ("librdkafka", "java") if cluster[t]})
+            data["kafka"].setdefault("clusters", {})[name] = shown
         data["route"] = [route.redacted() for route in self.route]
         return data

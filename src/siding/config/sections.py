@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -30,6 +30,7 @@ from siding.config.kafka_clients import (
     split_settings,
 )
 from siding.config.values import looks_secret, parse_host_port
+from siding.errors import ConfigError
 from siding.naming import is_legal_topic_name
 
 DEFAULT_CHECKPOINT_DIR = "./.siding/checkpoints"
@@ -83,10 +84,14 @@ _KAFKA_RESERVED = {
 }
 
 
-class KafkaConfig(BaseModel):
-    """``[kafka]``: ``bootstrap``; ``client``: settings for both Kafka clients (translated where
-    their names differ, ``siding.config.kafka_clients``); ``librdkafka`` and ``java``: settings
-    for one client only (``[kafka.librdkafka]``, ``[kafka.java]``)."""
+DEFAULT_CLUSTER = "default"
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+
+
+class ClusterConfig(BaseModel):
+    """One Kafka cluster: ``bootstrap``; ``client``: settings for both Kafka clients (translated
+    where their names differ, ``siding.config.kafka_clients``); ``librdkafka`` and ``java``:
+    settings for one client only (``[kafka.librdkafka]``, ``[kafka.java]``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
@@ -102,7 +107,8 @@ class KafkaConfig(BaseModel):
         if not isinstance(data, Mapping):
             return data
         tables: dict[str, dict[str, Any]] = {"client": {}, **{c: {} for c in CLIENTS}}
-        for name, value in _flatten({k: v for k, v in data.items() if k != "bootstrap"}).items():
+        kept = ("bootstrap", *(("clusters",) if "clusters" in cls.model_fields else ()))
+        for name, value in _flatten({k: v for k, v in data.items() if k not in kept}).items():
             if name.startswith("kafka."):
                 raise Problem((name,), "drop the 'kafka.' prefix; siding adds it for Spark")
             table, _, rest = name.partition(".")
@@ -119,12 +125,11 @@ class KafkaConfig(BaseModel):
             except Problem as problem:
                 loc = problem.loc if table == "client" else (table, *problem.loc)
                 raise Problem(loc, problem.message) from None
-        if "bootstrap" in data:
-            split["bootstrap"] = data["bootstrap"]
+        split.update({k: data[k] for k in kept if k in data})
         return split
 
     @model_validator(mode="after")
-    def _derive(self) -> KafkaConfig:
+    def _derive(self) -> ClusterConfig:
         self._clients = split_settings(self.client, self.librdkafka, self.java)
         return self
 
@@ -160,6 +165,93 @@ class KafkaConfig(BaseModel):
             client: {"bootstrap.servers": self.bootstrap, **{k: _masked(v) for k, v in s.items()}}
             for client, s in clients.items()
         }
+
+
+class KafkaConfig(ClusterConfig):
+    """``[kafka]``: the default cluster (called ``default``), and ``[kafka.clusters.<name>]``:
+    more clusters, each as complete as ``[kafka]`` (its own bootstrap and client settings). A
+    route reads its ``cluster`` and writes its lanes, DLQ, state topics and outputs to its
+    ``write_cluster`` (``cluster_for``)."""
+
+    clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+
+    @field_validator("clusters", mode="before")
+    @classmethod
+    def _cluster_names(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        for name, table in value.items():
+            if name == DEFAULT_CLUSTER:
+                raise Problem((name,), "[kafka] itself is the cluster named 'default'")
+            if not _CLUSTER_NAME.fullmatch(name):
+                raise Problem((name,), "a cluster name is letters, digits, '_' and '-'")
+            if not isinstance(table, Mapping):
+                raise Problem((name,), "write [kafka.clusters.<name>] as a table with bootstrap")
+        return value
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every cluster's name, the default first."""
+        return (DEFAULT_CLUSTER, *sorted(self.clusters))
+
+    def cluster(self, name: str) -> ClusterConfig:
+        """The cluster named ``name`` (``default``: ``[kafka]``)."""
+        if name == DEFAULT_CLUSTER:
+            return self
+        try:
+            return self.clusters[name]
+        except KeyError:
+            raise ConfigError(
+                "kafka.clusters", f"no cluster named {name!r} (clusters: {', '.join(self.names)})"
+            ) from None
+
+    def cluster_for(self, route: Routed, role: Role) -> ClusterConfig:
+        """The cluster a route's ``role`` uses (``cluster_name``)."""
+        return self.cluster(cluster_name(route, role))
+
+    @property
+    def notes(self) -> tuple[Note, ...]:
+        notes = list(self._clients.notes)
+        for name, cluster in sorted(self.clusters.items()):
+            notes += [
+                Note(
+                    n.key.replace("kafka.", f"kafka.clusters.{name}.", 1),
+                    in_cluster(n.message, name),
+                )
+                for n in cluster.notes
+            ]
+        return tuple(notes)
+
+
+Role = Literal["source", "write"]
+
+
+def in_cluster(message: str, name: str) -> str:
+    """Pure: a message about ``[kafka]``'s client tables said of ``[kafka.clusters.<name>]``."""
+    for table in ("librdkafka", "java"):
+        message = message.replace(f"[kafka.{table}]", f"[kafka.clusters.{name}.{table}]")
+    return message
+
+
+class Routed(Protocol):
+    """What ``cluster_name`` reads of a route (``RouteConfig``)."""
+
+    @property
+    def cluster(self) -> str | None: ...
+
+    @property
+    def write_cluster(self) -> str | None: ...
+
+
+def cluster_name(route: Routed, role: Role) -> str:
+    """Pure: the cluster a route uses for ``role``. ``source``: where it reads its source topics
+    and commits its group's offsets of them (``cluster``, default ``[kafka]``). ``write``:
+    where its lanes, park, hold, DLQ, state topics and outputs live, and so where its lane
+    queries read and commit (``write_cluster``, default the source's cluster)."""
+    source = route.cluster or DEFAULT_CLUSTER
+    if role == "source":
+        return source
+    return route.write_cluster or source
 
 
 _MASTER = re.compile(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from siding import naming
-from siding.config import RouteConfig
+from siding.config import DEFAULT_CLUSTER, RouteConfig, cluster_name
 from siding.pipeline.executor.live import LiveReport, decode_report, in_flight_now
 from siding.routing import story
 
@@ -99,6 +99,9 @@ class RouteTopics:
     dlq: str
     pattern: str | None = None  # topic_pattern: its matching topics are looked up each poll
     live: str = ""  # the workers' in-flight reports
+    # The Kafka clusters of the sources and of the lanes, DLQ and live topic (cluster_name).
+    cluster: str = DEFAULT_CLUSTER
+    write_cluster: str = DEFAULT_CLUSTER
     # A pinned route's partitions by source topic (route.partitions); empty: every partition.
     pins: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
@@ -126,6 +129,8 @@ def route_topics(route: RouteConfig) -> RouteTopics:
         owned.dlq.name,
         route.topic_pattern,
         owned.state(naming.LIVE).name,
+        cluster_name(route, "source"),
+        cluster_name(route, "write"),
         tuple(route.pins.items()),
     )
 
@@ -230,6 +235,12 @@ def latest_first(
 class _Clients:
     group: Any  # a Consumer with the route's group id: committed offsets, watermarks
     reader: Any  # a Consumer with a throw-away group id: reads single records, never commits
+    # The group's Consumer on the cluster of the lanes, when that is not the source's.
+    lane_group: Any = None
+
+    @property
+    def lanes(self) -> Any:
+        return self.group if self.lane_group is None else self.lane_group
 
 
 @dataclass
@@ -238,6 +249,8 @@ class KafkaView:
 
     client_conf: Mapping[str, object]
     routes: Sequence[RouteTopics]
+    # Settings of the clusters other than [kafka] (``[kafka.clusters.<name>]``), by name.
+    clusters: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     interval_s: float = POLL_S
     clock: Callable[[], float] = time.time
     _facts: dict[str, RouteKafka] = field(default_factory=dict)
@@ -276,7 +289,9 @@ class KafkaView:
                 thread.join(10)
         self._thread = self._live_thread = None
         for clients in self._clients.values():
-            for consumer in (clients.group, clients.reader):
+            for consumer in (clients.group, clients.reader, clients.lane_group):
+                if consumer is None:
+                    continue
                 with contextlib.suppress(Exception):  # closing on the way out
                     consumer.close()
         self._clients.clear()
@@ -319,7 +334,7 @@ class KafkaView:
             try:
                 if follower is None or follower.topic != topics.live:
                     follower = self._live[topics.route] = _LiveReports(
-                        self.client_conf, topics.live
+                        self.conf_of(topics.write_cluster), topics.live
                     )
                 follower.read()
             except Exception as exc:  # not created yet, or Kafka away: the last reports stand
@@ -345,15 +360,21 @@ class KafkaView:
             self.poll_live()
             self._stop.wait(LIVE_S)
 
+    def conf_of(self, cluster: str) -> Mapping[str, object]:
+        return self.client_conf if cluster == DEFAULT_CLUSTER else self.clusters[cluster]
+
     def _consumers(self, topics: RouteTopics) -> _Clients:
         from confluent_kafka import Consumer
 
         clients = self._clients.get(topics.route)
         if clients is None:
-            common = {**self.client_conf, "enable.auto.commit": False}
+            source = {**self.conf_of(topics.cluster), "enable.auto.commit": False}
+            common = {**self.conf_of(topics.write_cluster), "enable.auto.commit": False}
+            split = topics.write_cluster != topics.cluster
             clients = _Clients(
-                group=Consumer({**common, "group.id": topics.group}),
+                group=Consumer({**source, "group.id": topics.group}),
                 reader=Consumer({**common, "group.id": f"siding-console-{uuid.uuid4().hex}"}),
+                lane_group=Consumer({**common, "group.id": topics.group}) if split else None,
             )
             self._clients[topics.route] = clients
         return clients
@@ -371,7 +392,7 @@ class KafkaView:
         ]
         lanes = []
         for label, topic in topics.lanes:
-            lags = self._lags(clients.group, topic)
+            lags = self._lags(clients.lanes, topic)
             waiting = [p for p in lags if p.lag > 0][:MAX_DUE_READS]
             dues = [self._due(clients.reader, p) for p in waiting]
             lanes.append(lane_backlog(label, topic, lags, dues))

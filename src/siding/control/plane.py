@@ -32,7 +32,10 @@ class ControlPlane:
     ) -> None:
         token = config.control.token.get_secret_value() if config.control.token else None
         topics = [route_topics(r) for r in config.route]
-        self.view = KafkaView(config.kafka.client_config(), topics, interval_s=poll_s)
+        clusters = {n: c.client_config() for n, c in config.kafka.clusters.items()}
+        self.view = KafkaView(
+            config.kafka.client_config(), topics, clusters=clusters, interval_s=poll_s
+        )
         self.server = ControlServer(
             address,
             metrics,

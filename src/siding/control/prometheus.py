@@ -103,6 +103,11 @@ class SnapshotCollector(Collector):
             " the endpoint was up.",
             labels=_LABELS,
         )
+        spans_dropped = CounterMetricFamily(
+            "siding_trace_spans_dropped",
+            "Spans ([tracing]) the lane's workers could not export to the OTLP endpoint.",
+            labels=_LABELS,
+        )
         breaker = GaugeMetricFamily(
             "siding_breaker_state",
             "1 for the circuit breaker's current state, 0 for the others.",
@@ -131,10 +136,11 @@ class SnapshotCollector(Collector):
             isolations.add_metric(labels, lane.isolations)
             convictions.add_metric(labels, lane.convicted)
             holdouts.add_metric(labels, lane.holdouts)
+            spans_dropped.add_metric(labels, lane.spans_dropped)
             for state in BreakerState:
                 breaker.add_metric([*labels, state.value], 1.0 if lane.breaker is state else 0.0)
         yield from (records, batches, sends, answers, dead, latency, in_flight, last_batch)
-        yield from (suspects, isolations, convictions, holdouts, breaker, outputs)
+        yield from (suspects, isolations, convictions, holdouts, breaker, outputs, spans_dropped)
         up = GaugeMetricFamily(
             "siding_query_up",
             "1 while the streaming query (a route's lane) runs, 0 once it stopped (see /status).",

@@ -13,10 +13,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from siding import naming
-from siding.config import RouteConfig, SidingConfig, parse_route
+from siding.config import DEFAULT_CLUSTER, RouteConfig, SidingConfig, cluster_name, parse_route
 from siding.dlq.audit import audit_event, audit_record
 from siding.errors import ConfigError, DurableWriteError, SidingError
 from siding.kafka.admin import TopicSpec, admin_client, ensure_topics, with_retries
@@ -71,6 +72,9 @@ class RegistryService:
         self._file_routes = {route.name: route for route in config.route}
         self._topic = config.control.registry_topic
         self._client_conf = dict(config.kafka.client_config())
+        self._kafka = config.kafka
+        # Producers of the audit events of routes that write to another cluster, by its name.
+        self._audit_producers: dict[str, DurableProducer] = {}
         self._clock = clock
         self._reap_s = reap_s
         self._lock = threading.Lock()  # the state below
@@ -101,7 +105,11 @@ class RegistryService:
                             " the file's route runs", name)  # fmt: skip
                 continue
             try:
-                route = parse_route(entry.table, [*self._file_routes.values(), *self._api()])
+                route = parse_route(
+                    entry.table,
+                    [*self._file_routes.values(), *self._api()],
+                    clusters=self._kafka.names,
+                )
             except ConfigError as exc:
                 log.error("registry: route %s made through the API does not validate any more"
                           " and is not started: %s", name, exc)  # fmt: skip
@@ -156,6 +164,9 @@ class RegistryService:
             self._reaper.join(5)
         if self._producer is not None:
             self._producer.close()
+        for producer in self._audit_producers.values():
+            producer.close()
+        self._audit_producers.clear()
 
     # -- routes -----------------------------------------------------------------------------
 
@@ -201,7 +212,7 @@ class RegistryService:
         table = _json_object(body)
         with self._changing:
             try:
-                route = parse_route(table, self.routes_now())
+                route = parse_route(table, self.routes_now(), clusters=self._kafka.names)
             except ConfigError as exc:
                 raise ControlError(400, str(exc)) from None
             host = self._running_host()
@@ -408,12 +419,19 @@ class RegistryService:
             raise ControlError(503, f"the registry topic could not be written: {exc}") from None
 
     def _ensure_audit(self, admin: Any, routes: Sequence[RouteConfig]) -> None:
-        if not routes:
-            return
-        admin = admin or admin_client({k: str(v) for k, v in self._client_conf.items()})
-        audits = [naming.topics_of(r).state(naming.AUDIT) for r in routes]
-        specs = [TopicSpec(t.name, t.partitions(), t.config()) for t in audits]
-        with_retries(lambda: ensure_topics(admin, specs))
+        """Each route's audit topic, on the cluster the route writes to."""
+        for cluster in sorted({cluster_name(r, "write") for r in routes}):
+            conf = self._kafka.cluster(cluster).client_config()
+            on = admin if admin is not None and cluster == DEFAULT_CLUSTER else None
+            if on is None:  # not ``or``: an AdminClient with nothing queued is falsy
+                on = admin_client({k: str(v) for k, v in conf.items()})
+            audits = [
+                naming.topics_of(r).state(naming.AUDIT)
+                for r in routes
+                if cluster_name(r, "write") == cluster
+            ]
+            specs = [TopicSpec(t.name, t.partitions(), t.config()) for t in audits]
+            with_retries(partial(ensure_topics, on, specs))
 
     def _audit(
         self, route: RouteConfig, command: str, who: str, extra: Mapping[str, object]
@@ -430,10 +448,24 @@ class RegistryService:
             count=1,
             extra=extra,
         )
+        record = audit_record(owned.state(naming.AUDIT).name, event)
+        cluster = cluster_name(route, "write")
         try:
-            self._write([audit_record(owned.state(naming.AUDIT).name, event)])
-        except ControlError as exc:  # the change is made: say so, and that its audit is missing
+            if cluster == DEFAULT_CLUSTER:
+                self._write([record])
+            else:
+                self._audit_producer(cluster).write([record], timeout_s=15)
+        # The change is made: say so, and that its audit is missing.
+        except (ControlError, DurableWriteError) as exc:
             log.error("registry: audit event not written (%s): %s", json.dumps(event), exc)
+
+    def _audit_producer(self, cluster: str) -> DurableProducer:
+        with self._lock:
+            producer = self._audit_producers.get(cluster)
+            if producer is None:
+                conf = self._kafka.cluster(cluster).client_config()
+                producer = self._audit_producers[cluster] = DurableProducer(conf)
+            return producer
 
     def _now_ms(self) -> int:
         return round(self._clock() * 1000)

@@ -13,10 +13,8 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 from siding.devkit.certs import TlsFiles, make_tls_files
+from siding.devkit.process import stop_group
 from siding.errors import BrokerError
 from siding.jvm import java_options, kafka_classpath, require_java
 
@@ -376,15 +375,8 @@ class EmbeddedKafka:
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL the whole process group if it lingers."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        if process is not None:
+            stop_group(process, timeout_s)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

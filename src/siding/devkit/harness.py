@@ -151,7 +151,13 @@ class PipelineRun:
 
     @property
     def client_conf(self) -> dict[str, Any]:
-        return dict(self.config.kafka.client_config())
+        """The settings of the cluster the route reads."""
+        return dict(self.config.kafka.cluster_for(self.route, "source").client_config())
+
+    @property
+    def write_conf(self) -> dict[str, Any]:
+        """The settings of the cluster of the route's lanes and DLQ."""
+        return dict(self.config.kafka.cluster_for(self.route, "write").client_config())
 
     def __enter__(self) -> PipelineRun:
         self.app.start()
@@ -203,5 +209,5 @@ class PipelineRun:
     def read_lane_topic(self, topic: str) -> list[DeadLetter]:
         return [
             DeadLetter(r.key, r.value, r.headers, story.decode(r.headers))
-            for r in read_records(self.client_conf, topic)
+            for r in read_records(self.write_conf, topic)
         ]

@@ -3,6 +3,7 @@ the way a service manager would (SIGTERM, a grace, then SIGKILL)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,3 +40,18 @@ def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def stop_group(proc: subprocess.Popen[Any], timeout_s: float) -> None:
+    """SIGTERM ``proc``'s process group (a server started in a session of its own) and wait;
+    SIGKILL the group if it is still there after ``timeout_s``."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(15)

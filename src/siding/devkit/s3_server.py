@@ -17,7 +17,6 @@ import hmac
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 
 from siding.devkit.broker import free_ports
+from siding.devkit.process import stop_group
 from siding.errors import SetupError
 from siding.jvm import checkout, java_options, require_java
 
@@ -188,15 +188,8 @@ class S3Server:
 
     def stop(self) -> None:
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(15)
+        if proc is not None:
+            stop_group(proc, 15)
         if self._own_folder and self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -59,6 +59,10 @@ class DispatchStats:
     isolations: int = 0
     convicted: int = 0
     handed_over: int = 0  # suspects left to the park lane when nothing else was left
+    # Key mode (docs/dispatch.md): retries kept in the batch that failed them, and those of them
+    # that left it before their time (nothing else kept the batch running).
+    retried_in_batch: int = 0
+    left_batch: int = 0
     # (delivery id, reason) of messages moved on after being turned away for a whole deadline.
     holdouts: tuple[tuple[str, str], ...] = ()
 
@@ -79,6 +83,8 @@ class StatsRecorder:
         self._breaker_wait_s = 0.0
         self._suspects = (0, 0, 0)
         self._handed_over = 0
+        self._retried_in_batch = 0
+        self._left_batch = 0
         self._holdouts: list[tuple[str, str]] = []
 
     def sent(self, in_flight: int) -> None:
@@ -109,6 +115,12 @@ class StatsRecorder:
     def handed_over(self) -> None:
         self._handed_over += 1
 
+    def retried_in_batch(self) -> None:
+        self._retried_in_batch += 1
+
+    def left_batch(self) -> None:
+        self._left_batch += 1
+
     def held_out(self, delivery_id: str, reason: str) -> None:
         if len(self._holdouts) < MAX_HOLDOUTS:
             self._holdouts.append((delivery_id, reason))
@@ -134,5 +146,7 @@ class StatsRecorder:
             isolations=self._suspects[1],
             convicted=self._suspects[2],
             handed_over=self._handed_over,
+            retried_in_batch=self._retried_in_batch,
+            left_batch=self._left_batch,
             holdouts=tuple(self._holdouts),
         )

@@ -19,6 +19,7 @@ from typing import Literal, assert_never
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.errors import DispatchInterrupted
+from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
@@ -29,7 +30,7 @@ from siding.dispatch.work import DispatchReport, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
 from siding.model import Ordering, Outcome, OutcomeKind
 from siding.policy import next_step
-from siding.steps import Backoff, Done, FinalStep, Parked, Stop, ToDlq, ToLane
+from siding.steps import Backoff, Done, FinalStep, Parked, Resent, Step, Stop, ToDlq, ToLane
 from siding.transport.base import Transport
 from siding.transport.outcomes import outcome_from_timeout
 from siding.transport.outputs import screen_outputs
@@ -115,14 +116,15 @@ class _Window:
     ) -> None:
         self._transport = transport
         self._drain = drain
-        self._work = work
+        # An item retried inside this dispatch is replaced by its retry (``_retry_here``).
+        self._work = list(work)
         self._settings = settings
         self._breaker = breaker
         self._stop = stop
         self._clock = clock
         self._rand = rand
         self._lines = KeyLines([w.delivery for w in work], settings.ordering, waiting)
-        self._steps: list[FinalStep | None] = [None] * len(work)
+        self._steps: list[Step | None] = [None] * len(work)
         self._unsettled = len(work)
         # (due epoch ms, sequence, index): items waiting for their time without holding a slot.
         self._due: list[tuple[int, int, int]] = []
@@ -155,6 +157,10 @@ class _Window:
         self._parked: list[ParkedCall] = []
         self._last_answer_at = 0.0
         self._park_after_s = park_timer.park_after_s(settings.park)
+        # Key mode: retries waiting in the batch for their time; index -> (the work that
+        # failed, its step), what the item becomes if the retry must leave the batch (for a
+        # retried record read back before its time: itself, written back unchanged).
+        self._waiters: dict[int, tuple[Work, ToLane | Resent]] = {}
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -172,6 +178,7 @@ class _Window:
                     )
                 self._take_answers()
                 self._check_breaker_wait()
+                self._maybe_give_up()
                 if not self._unsettled:
                     break
                 if self._may_park and self._drain is not None and self._drain.is_set():
@@ -237,6 +244,7 @@ class _Window:
             if may is not True:
                 return may
             heapq.heappop(self._due)
+            self._waiters.pop(index, None)  # its time came: it is the retry's send
             self._start_send(index)
         return None
 
@@ -425,9 +433,40 @@ class _Window:
                 self._schedule(index, _UNTIL_BACK_MS if recovering else due_ms)
             case Done() | ToLane() | ToDlq():
                 self._backoffs.pop(index, None)
-                self._settle(index, step)
+                if not (isinstance(step, ToLane) and self._retry_here(index, step, now_ms)):
+                    self._settle(index, step)
             case _:  # a new step must say here whether it settles the record
                 assert_never(step)
+
+    def _retry_here(self, index: int, step: ToLane, now_ms: int) -> bool:
+        """Key mode: keep a retried record in the batch, due at its lane's time, its key's line
+        waiting for it (docs/dispatch.md, "A retry that falls due inside its batch")."""
+        if index in self._suspects:
+            return False
+        retried = retry_in_batch(self._work[index], step, self._settings, now_ms)
+        if retried is None:
+            return False
+        self._waiters[index] = (self._work[index], step)
+        self._work[index] = retried
+        self._stats.retried_in_batch()
+        self._schedule(index, retried.not_before_ms)
+        return True
+
+    def _maybe_give_up(self) -> None:
+        """The retries still waiting leave the batch once nothing else keeps it running: each
+        takes the step it was answered (its record goes to the hold topic), and the records of
+        its key behind it are held."""
+        others_out = bool(self._in_flight or self._answers or self._suspects)
+        due = ((due_ms, index) for due_ms, _, index in self._due)
+        if not give_up(due, self._waiters, others_out=others_out, now_ms=self._now_ms()):
+            return
+        waiters, self._waiters = self._waiters, {}
+        self._due = [entry for entry in self._due if entry[2] not in waiters]
+        heapq.heapify(self._due)
+        for index, (work, step) in sorted(waiters.items()):
+            self._work[index] = work
+            self._stats.left_batch()
+            self._settle(index, step)
 
     def _singled_out(self, index: int, outcome: Outcome, now_ms: int) -> Outcome:
         """A message that has been told "back off" for longer than a deadline while the endpoint
@@ -467,21 +506,32 @@ class _Window:
             self._settings.deadline_s,
         )
 
-    def _settle(self, index: int, step: FinalStep) -> None:
+    def _settle(self, index: int, step: FinalStep | Resent) -> None:
         self._steps[index] = step
         self._unsettled -= 1
+        delivery = self._work[index].delivery
         blocker = None
         if isinstance(step, ToLane):
-            blocker = Blocker(self._work[index].delivery.id, step.lane, step.not_before_ms)
+            blocker = Blocker(delivery.id, step.lane, step.not_before_ms)
+        elif isinstance(step, Resent):
+            blocker = Blocker(delivery.id, delivery.lane, step.not_before_ms)
         self._release(self._lines.settle(index, blocker))
 
     def _release(self, released: Released) -> None:
+        now_ms = self._now_ms()
         for index in released.send:
-            self._schedule(index, self._work[index].not_before_ms)
+            work = self._work[index]
+            early = read_before_due(work, self._settings, now_ms)
+            if early is not None:
+                self._waiters[index] = (work, early)
+            self._schedule(index, work.not_before_ms)
         for index, blocker in released.follow:
-            self._steps[index] = follow(blocker)
+            early = read_before_due(self._work[index], self._settings, now_ms)
+            # A retried record read back before its time keeps its time if it must wait.
+            self._steps[index] = follow(blocker) if early is None else early
             self._unsettled -= 1
-            self._stats.followed()
+            if early is None:
+                self._stats.followed()
 
     def _schedule(self, index: int, due_ms: int) -> None:
         if index in self._suspects:

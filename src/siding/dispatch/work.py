@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from siding.dispatch.stats import DispatchStats
-from siding.model import Delivery, Outcome
+from siding.model import Delivery, LaneHop, Outcome
 from siding.steps import Done, Held, Parked, Step, ToDlq, ToLane
 
 
@@ -15,12 +15,15 @@ class Work:
     """One record to deliver, not before ``not_before_ms`` (epoch milliseconds); ``deaths``: the
     consumer already went away this many times with it in flight (a suspect from the start);
     ``deadline_s`` overrides the slice's deadline for it (key mode: a retried record in the main
-    lane's loop keeps its lane's deadline)."""
+    lane's loop keeps its lane's deadline); ``hops`` are the lanes it passed inside this dispatch
+    (key mode: a record retried in the batch that failed it, ``siding.dispatch.inbatch``), after
+    those of its story."""
 
     delivery: Delivery
     not_before_ms: int = 0
     deaths: int = 0
     deadline_s: float | None = None
+    hops: tuple[LaneHop, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,9 @@ class ParkedCall:
 @dataclass(frozen=True, slots=True)
 class DispatchReport:
     """Every input item exactly once, in input order, with its final step; ``parked`` holds the
-    running calls of the items whose step is ``Parked``."""
+    running calls of the items whose step is ``Parked``. An item retried inside the dispatch
+    (key mode, ``siding.dispatch.inbatch``) comes back as the ``Work`` of its retry: its
+    attempt, lane and hops are those its step is about."""
 
     settled: tuple[Settled, ...]
     stats: DispatchStats

@@ -40,6 +40,8 @@ class DlqScope:
     spark_options: Mapping[str, str]
     ends: Mapping[int, tuple[int, int]]
     fate_ends: Mapping[int, tuple[int, int]] | None
+    # The settings of the cluster the route reads, when its DLQ is on another (--to origin).
+    origin_conf: Mapping[str, object] | None = None
 
     @property
     def records(self) -> int:
@@ -68,7 +70,8 @@ def topic_ends(client_conf: Mapping[str, object], topic: str) -> dict[int, tuple
 
 def open_scope(config: SidingConfig, route_name: str) -> DlqScope:
     route = config.route_named(route_name)
-    client_conf = dict(config.kafka.client_config())
+    cluster, source = (config.kafka.cluster_for(route, role) for role in ("write", "source"))
+    client_conf = dict(cluster.client_config())
     owned = naming.topics_of(route)
     dlq_topic = owned.dlq.name
     ends = topic_ends(client_conf, dlq_topic)
@@ -81,9 +84,10 @@ def open_scope(config: SidingConfig, route_name: str) -> DlqScope:
         fate_topic=fate_topic,
         audit_topic=owned.state(naming.AUDIT).name,
         client_conf=client_conf,
-        spark_options=config.kafka.spark_options(),
+        spark_options=cluster.spark_options(),
         ends=ends,
         fate_ends=topic_ends(client_conf, fate_topic),
+        origin_conf=None if source is cluster else dict(source.client_config()),
     )
 
 

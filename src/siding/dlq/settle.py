@@ -64,6 +64,8 @@ def settle(
     """Settle every letter of ``frame`` (already filtered and without fates); the count done."""
     ensure_state_topics(scope)
     producer = DurableProducer(scope.client_conf)
+    # --to origin writes onto the source topic, on the cluster the route reads.
+    back = DurableProducer(scope.origin_conf) if scope.origin_conf is not None else producer
     by = who()
     done, status = 0, "failed"
     started = time.monotonic()
@@ -73,7 +75,11 @@ def settle(
             now_ms = round(clock() * 1000)
             records = [plan.replay(c, now_ms) for c in chunk] if plan.replay is not None else []
             if records:
-                producer.write(records)
+                origin = [r for r in records if scope.route.reads(r.topic)]
+                if origin:
+                    back.write(origin)
+                if len(origin) < len(records):
+                    producer.write([r for r in records if not scope.route.reads(r.topic)])
             # Each fate names the topic its letter went to (origin topics differ per letter).
             into = [r.topic for r in records] or [plan.to] * len(chunk)
             fates = [
@@ -98,4 +104,6 @@ def settle(
             extra={"to": plan.to, **plan.extra} if plan.to else plan.extra,
         )
         producer.write([audit_record(scope.audit_topic, event)])
+        if back is not producer:
+            back.close()
     return done

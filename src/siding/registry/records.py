@@ -141,14 +141,17 @@ class RegistryState:
 
 
 def api_route(
-    records: Iterable[tuple[bytes, bytes | None]], name: str, existing: Sequence[RouteConfig] = ()
+    records: Iterable[tuple[bytes, bytes | None]],
+    name: str,
+    existing: Sequence[RouteConfig] = (),
+    clusters: Sequence[str] = (),
 ) -> RouteConfig | None:
     """The route ``name`` made through the control API, as the registry's records keep it
     (``ConfigError`` when it no longer validates), or ``None``."""
     state = RegistryState()
     state.apply_all(records)
     entry = state.routes.get(name)
-    return None if entry is None else parse_route(entry.table, existing)
+    return None if entry is None else parse_route(entry.table, existing, clusters)
 
 
 def _consumer_key(route: str, consumer_id: str) -> bytes:

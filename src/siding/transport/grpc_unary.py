@@ -18,6 +18,7 @@ from siding.transport.grpc_common import (
     result_from_proto,
 )
 from siding.transport.outcomes import outcome_from_grpc, outcome_from_timeout
+from siding.transport.trace_context import with_trace
 from siding.v1 import consumer_pb2_grpc
 
 _CLOCK_SLACK_S = 0.001
@@ -55,7 +56,10 @@ class GrpcUnaryTransport:
         started = time.monotonic()
         try:
             reply = await stub.Deliver(
-                message, timeout=deadline_s, metadata=self._metadata, compression=compression
+                message,
+                timeout=deadline_s,
+                metadata=with_trace(self._metadata),
+                compression=compression,
             )
         except grpc.aio.AioRpcError as error:
             code = error.code()

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding.config import RouteConfig, SidingConfig
-from siding.kafka.admin import admin_client
 from siding.pipeline.driver.batch import BatchSink
+from siding.pipeline.driver.clusters import Admins
 from siding.pipeline.driver.commits import make_listener
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, quiet_py4j
@@ -51,7 +51,7 @@ class Application:
     drain: Drain = field(default_factory=Drain)
     _own_session: bool = False
     _listener: Any = None
-    _admin: Any = None
+    _admins: Admins | None = None
     _routes: dict[str, RouteRuntime] = field(default_factory=dict)
     _routes_lock: threading.Lock = field(default_factory=threading.Lock)
     stops: RouteStops = field(default_factory=RouteStops)
@@ -77,11 +77,11 @@ class Application:
         """Every query running now, with its route."""
         return [(route, query) for route in tuple(self._routes.values()) for query in route.queries]
 
-    def _runtime(self, route: RouteConfig, config: SidingConfig, admin: Any) -> RouteRuntime:
+    def _runtime(self, route: RouteConfig, config: SidingConfig, admins: Admins) -> RouteRuntime:
         return RouteRuntime(
             route,
             config,
-            admin,
+            admins,
             sink=self.sink,
             stop=self.stop_event,
             controls=self.controls,
@@ -102,9 +102,8 @@ class Application:
         otherwise one is built from the config. A failed start holds no route (``stop`` may
         never come)."""
         config = self.config
-        client_conf = config.kafka.client_config()
-        admin = admin_client({k: str(v) for k, v in client_conf.items()})
-        runtimes = [self._runtime(route, config, admin) for route in config.route]
+        admins = Admins(config.kafka)  # one admin client per cluster the routes use
+        runtimes = [self._runtime(route, config, admins) for route in config.route]
         self._opening = runtimes
         prepare_routes(runtimes)
         if not self.standby:
@@ -125,10 +124,10 @@ class Application:
             release_private_jvm()  # Spark's JVM serves the checkpoint's files from now on
             quiet_py4j()
             self.drain.open_signal()
-            self._admin = admin
+            self._admins = admins
             self._routes.update((r.route.name, r) for r in runtimes)
             targets = LiveTargets(self._routes)  # the listener reads the routes' targets live
-            self._listener = make_listener(admin, targets, self.on_progress, self.drain.progressed)
+            self._listener = make_listener(admins, targets, self.on_progress, self.drain.progressed)
             self.spark.streams.addListener(self._listener)
             for runtime in runtimes:
                 runtime.start(self.spark)
@@ -142,12 +141,12 @@ class Application:
         """Start a route made at runtime (docs/registration.md), as ``start`` starts one from
         the config: its topics, its checkpoint's owner, its state and its queries."""
         with self._routes_lock:
-            if self.spark is None or self._admin is None:
+            if self.spark is None or self._admins is None:
                 raise RouteFailed(f"route {route.name}: the application is not running")
             if route.name in self._routes:
                 raise RouteFailed(f"route {route.name} is already running")
             config = self.config.model_copy(update={"route": (*self.config.route, route)})
-            runtime = self._runtime(route, config, self._admin)
+            runtime = self._runtime(route, config, self._admins)
             runtime.open()
             self.config = config
             self.controls.add(route)

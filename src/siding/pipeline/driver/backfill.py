@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
-from siding.config import RouteConfig, SidingConfig
+from siding.config import Role, RouteConfig, SidingConfig
 from siding.config.models import ParkConfig
 from siding.kafka.admin import admin_client, ensure_topics, existing_topics
 from siding.kafka.extent import extents, offsets_at
@@ -112,7 +112,7 @@ def plan_state(
                 " run it again with the same --from and --to to finish it, or remove the file"
             )
         return state, True
-    client_conf = dict(config.kafka.client_config())
+    client_conf = dict(config.kafka.cluster_for(route, "source").client_config())
     topics = moves.source_topics(config, route)
     if not topics:
         raise BackfillError(f"route {route.name}: no source topic exists ({route.source_label})")
@@ -135,13 +135,18 @@ def plan_state(
 def _ensure_route_topics(config: SidingConfig, route: RouteConfig, ranges: Ranges) -> None:
     """The lanes and the DLQ exist once the route ran; create them as its start would (sized
     and as large as its sources) if it never did."""
-    admin = admin_client({k: str(v) for k, v in config.kafka.client_config().items()})
-    present = existing_topics(admin)
+    read, write = (_admin(config, route, role) for role in ("source", "write"))
+    present = existing_topics(read)
     sources = sorted({t for t, _ in ranges})
     partitions = max((present.get(t, 1) for t in sources), default=1)
     owned = naming.topics_of(route)
     wanted = [*owned.lanes, owned.dlq]
-    ensure_topics(admin, topic_specs(wanted, partitions, carried(admin, sources)))
+    ensure_topics(write, topic_specs(wanted, partitions, carried(read, sources)))
+
+
+def _admin(config: SidingConfig, route: RouteConfig, role: Role) -> Any:
+    conf = config.kafka.cluster_for(route, role).client_config()
+    return admin_client({k: str(v) for k, v in conf.items()})
 
 
 def _event(
@@ -220,7 +225,8 @@ def run_backfill(
         _write_state(path, state)
         _ensure_route_topics(config, route, state.ranges)
         delivering = backfill_route(route, max_in_flight)
-        client_conf = dict(config.kafka.client_config())
+        # Lanes and dead letters go where the live route writes them; records come from its source.
+        client_conf = dict(config.kafka.cluster_for(route, "write").client_config())
         own_session = spark is None
         if spark is None:
             from siding.pipeline.driver.session import build_session
@@ -242,6 +248,8 @@ def run_backfill(
             route=delivering,
             lane=0,
             client_conf=client_conf,
+            # Consumer instances that joined the route are in the registry, on [kafka].
+            registry_conf=config.kafka.client_config(),
             waits=KeyWaits(naming.state_topic(route.name, naming.KEYS)),
             state_producer=producer,
             stop=stop or threading.Event(),
@@ -256,7 +264,7 @@ def run_backfill(
                 assign = _assign(chunk)
                 frame = (
                     spark.read.format("kafka")
-                    .options(**config.kafka.spark_options())
+                    .options(**config.kafka.cluster_for(route, "source").spark_options())
                     .option("assign", assign)
                     .option("startingOffsets", starting)
                     .option("endingOffsets", ending)
@@ -285,7 +293,7 @@ def run_backfill(
                 spark.stop()
             event = _event(route, state, status, max_in_flight, round(clock() * 1000))
             try:
-                moves.audit(dict(config.kafka.client_config()), route, event)
+                moves.audit(config, route, event)
             except Exception:
                 log.exception("route %s: the backfill's audit event was not written", route.name)
         path.unlink()

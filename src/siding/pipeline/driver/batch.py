@@ -40,6 +40,7 @@ from siding.pipeline.executor.task import deliver_partition
 from siding.routing import story
 from siding.routing.producer import DurableProducer, OutRecord, Placement
 from siding.routing.settlement import Settlement
+from siding.tracing.settings import TraceSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -106,6 +107,8 @@ class BatchHandler(ABC):
     lane: int
     client_conf: Mapping[str, object]
     stop: threading.Event
+    # The cluster of the registry topic ([kafka]), when the route writes to another; None: same.
+    registry_conf: Mapping[str, object] | None = None
     sink: BatchSink = field(default_factory=BatchSink)
     attempts: int = 3
     parallelism: int = 4
@@ -124,6 +127,8 @@ class BatchHandler(ABC):
     pager: DlqPager | None = None
     # Called when the flood guard stops the route (the route marks it for its next start).
     on_flood: Callable[[], None] = lambda: None
+    # [tracing] as resolved at start; None: off (no span, nothing of OpenTelemetry imported).
+    tracing: TraceSettings | None = None
 
     @property
     def query(self) -> str:
@@ -192,9 +197,11 @@ class BatchHandler(ABC):
             settlements=settlements,
             breaker_epoch=self.controls.breaker_epoch(self.route.name),
             registry_topic=self.controls.registry_topic,
+            registry_conf=self.registry_conf,
             drain_file=drain_file,
             progress=progress,
             fence=self.fence(),
+            tracing=self.tracing,
         )
 
     def _run_with_retries(self, run: Callable[[], T], batch_id: int) -> T:
@@ -213,7 +220,10 @@ class BatchHandler(ABC):
             producer = self.letter_producer
             if producer is None:
                 raise BatchFailed(f"{self._where(batch_id)}: no producer for its dead letters")
+            started_ns = time.time_ns()
             placed = self._write_durably(producer, letters, "dead letters", batch_id)
+            if self.tracing is not None:
+                _letter_spans(self.tracing, self.route.group, letters, started_ns)
             self._page(letters, placed)
         return [replace(r, letters=()) if r.letters else r for r in results]
 
@@ -427,3 +437,15 @@ def _summary(text: str) -> str:
                 return line.strip()[:500]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return (lines[-1] if lines else text)[:500]
+
+
+def _letter_spans(
+    settings: TraceSettings, group: str, letters: list[OutRecord], started_ns: int
+) -> None:
+    """A span per written dead letter (best effort: a span never fails the batch)."""
+    from siding.tracing.task import letter_spans
+
+    try:
+        letter_spans(settings, group, letters, started_ns, time.time_ns())
+    except Exception as exc:
+        log.warning("tracing: dead-letter spans failed: %s", exc)

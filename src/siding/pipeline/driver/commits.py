@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
+from siding.config import DEFAULT_CLUSTER
 from siding.kafka.admin import commit_offsets
+from siding.pipeline.driver.clusters import Admins
 from siding.pipeline.driver.source import end_offsets, topics_in
 from siding.pipeline.offline.positions import mark
 
@@ -29,6 +29,8 @@ class CommitTarget:
     pattern: str | None = None
     # Why the route may not commit now (its fence lost), or None (asked before each commit).
     refused: Callable[[], str | None] | None = field(default=None, compare=False)
+    # The Kafka cluster the topics are on (a route's source or write cluster, siding.config).
+    cluster: str = DEFAULT_CLUSTER
 
     def topics_of(self, end_offset: str | None) -> tuple[str, ...]:
         """The topics to commit from a progress's ``endOffset`` JSON."""
@@ -40,7 +42,7 @@ class CommitTarget:
 
 
 def make_listener(
-    admin: AdminClient,
+    admins: Admins,
     targets: Mapping[str, CommitTarget],
     on_progress: Callable[[str, Any], None] = lambda *_: None,
     on_committed: Callable[[str, int], None] = lambda *_: None,
@@ -57,7 +59,7 @@ def make_listener(
 
     lock = threading.Lock()
     last: dict[tuple[str, str], dict[int, int]] = {}
-    clients = [admin]  # emptied by ``release()``: py4j keeps listeners alive past removeListener
+    clients = [admins]  # emptied by ``release()``: py4j keeps listeners alive past removeListener
 
     class GroupCommitListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
@@ -82,7 +84,7 @@ def make_listener(
                             if not offsets or last.get((name, topic)) == offsets or not clients:
                                 continue
                             commit_offsets(
-                                clients[0],
+                                clients[0].of(target.cluster),
                                 target.group,
                                 topic,
                                 offsets,

@@ -118,10 +118,11 @@ class RouteFence:
     def acquire(self, stop: threading.Event, *, standby: bool) -> None:
         """Hold the route's fence, or raise ``RouteStopped``. Waits while another driver's
         lease runs (watching for its renewals); without ``standby``, a lease that is being
-        renewed is refused once seen renewed past one lease length."""
+        renewed is refused once seen renewed past one lease length (``lease.outwaited``)."""
         self._open_producer()
         self._seen_at = time.monotonic()  # a lease found at start is timed from now
         started = self._seen_at
+        found_at: float | None = None  # when a held lease was first read
         self._waiting = True
         try:
             while not stop.is_set():
@@ -137,7 +138,9 @@ class RouteFence:
                     if self._claim(verdict.epoch):
                         return
                     continue
-                if not standby and time.monotonic() - started > verdict_lease(self._current):
+                if found_at is None:
+                    found_at = self._seen_at
+                if not standby and lease.outwaited(self._current, found_at, self._seen_at):
                     raise RouteStopped(
                         f"route {self.route} is run by {verdict.holder} (fence epoch"
                         f" {verdict.epoch}); start this one with --standby to wait for it"
@@ -251,8 +254,3 @@ class RouteFence:
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(1.0)
-
-
-def verdict_lease(current: lease.Lease | None) -> float:
-    """The lease length the holder's record announces (0 for none)."""
-    return current.lease_s if current is not None else 0.0

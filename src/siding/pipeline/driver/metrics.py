@@ -50,6 +50,7 @@ class LaneMetrics:
     suspected: int = 0
     isolations: int = 0
     convicted: int = 0
+    spans_dropped: int = 0  # [tracing]: spans the workers could not export
     holdouts: int = 0
     recent_holdouts: tuple[tuple[str, str], ...] = ()
     # (monotonic time, records settled) per batch, oldest first, within the rate window.
@@ -150,6 +151,7 @@ def fold_batch(
         suspected=current.suspected + sum(s.suspected for s in stats),
         isolations=current.isolations + sum(s.isolations for s in stats),
         convicted=current.convicted + sum(s.convicted for s in stats),
+        spans_dropped=current.spans_dropped + sum(r.spans_dropped for r in results),
         holdouts=current.holdouts + sum(len(s.holdouts) for s in stats),
         recent_holdouts=(*current.recent_holdouts, *(h for s in stats for h in s.holdouts))[
             -MAX_RECENT_HOLDOUTS:

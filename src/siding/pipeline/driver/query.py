@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
-from siding.config import RouteConfig, SidingConfig
+from siding.config import Role, RouteConfig, SidingConfig
 from siding.kafka.admin import committed_offsets
 from siding.pipeline.driver.source import source_options, starting_offsets, starting_offsets_of
 from siding.pipeline.offline.storage import Place
@@ -69,14 +69,16 @@ def start_query(
     checkpoint: Place,
     starting: str,
     subscribe: str = "subscribe",
+    role: Role = "source",
 ) -> StreamingQuery:
     """Start the query ``name`` reading ``topic`` (a topic list or pattern, by ``subscribe``)
-    into ``handler`` one batch at a time."""
+    into ``handler`` one batch at a time, from the route's ``role`` cluster (the main lane
+    reads its source, the retry and park lanes the cluster the route writes to)."""
     trigger_s = config.spark.trigger
     if name != naming.query_name(route.name, 0):
         trigger_s = max(trigger_s, SIDE_LANE_TRIGGER_S)
     options = source_options(
-        config.kafka.spark_options(),
+        config.kafka.cluster_for(route, role).spark_options(),
         topic,
         starting=starting,
         min_partitions=route.min_partitions,

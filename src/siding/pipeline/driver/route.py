@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -10,13 +11,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from siding import naming
-from siding.config import RouteConfig, SidingConfig
+from siding.config import Role, RouteConfig, SidingConfig, cluster_name
 from siding.errors import DurableWriteError, RouteStopped
 from siding.kafka.admin import cluster_id, commit_offsets
 from siding.kafka.reader import read_to_end
 from siding.kafka.tail import TopicTail
 from siding.pipeline.driver import query, topics
 from siding.pipeline.driver.batch import BatchSink, LaneBatchHandler
+from siding.pipeline.driver.clusters import Admins
 from siding.pipeline.driver.commits import CommitTarget
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, fields, summary
@@ -36,6 +38,7 @@ from siding.pipeline.offline.checkpoint_root import checkpoint_root, route_place
 from siding.pipeline.offline.route_lock import RouteLock
 from siding.pipeline.offline.storage import Place
 from siding.routing.producer import DurableProducer
+from siding.tracing.settings import trace_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +73,7 @@ class RouteRuntime:
         self,
         route: RouteConfig,
         config: SidingConfig,
-        admin: Any,
+        admins: Admins,
         *,
         sink: BatchSink,
         stop: threading.Event,
@@ -84,6 +87,7 @@ class RouteRuntime:
         self.standby = standby
         self.stops = stops
         self.config = config
+        self.tracing = trace_settings(config.tracing, os.environ)
         self.sink = sink
         self.stop_event = stop
         self.controls = controls
@@ -98,7 +102,11 @@ class RouteRuntime:
         self._starts: dict[str, Callable[[], StreamingQuery]] = {}
         self._restarts: dict[str, int] = {}
         self.settlements: SettlementStore | None = None
-        self._admin = admin
+        self._admins = admins
+        # The clusters the route reads and writes to (siding.config.cluster_name).
+        self.source_cluster = cluster_name(route, "source")
+        self.write_cluster = cluster_name(route, "write")
+        self.write_conf = config.kafka.cluster(self.write_cluster).client_config()
         self._claim: owner.Owner | None = None
         self._lock: RouteLock | None = None
         self._prepared: topics.Prepared | None = None
@@ -106,10 +114,13 @@ class RouteRuntime:
         self._tails: list[TopicTail] = []
         self.pager: DlqPager | None = None
         self.fence: RouteFence | None = None
-        self.pin_claims = PinClaims(config.kafka.client_config(), route, driver or driver_id())
+        # Pins claim partitions of the source's group: on the cluster the route reads, where
+        # every route of that group (and only those) meets them.
+        source_conf = config.kafka.cluster(self.source_cluster).client_config()
+        self.pin_claims = PinClaims(source_conf, route, driver or driver_id())
         if config.fenced:
             self.fence = RouteFence(
-                config.kafka.client_config(), route.name, config.fence, driver, self._fence_lost
+                self.write_conf, route.name, config.fence, driver, self._fence_lost
             )
 
     # -- open -----------------------------------------------------------------------------
@@ -125,7 +136,8 @@ class RouteRuntime:
         """Refuse a checkpoint that belongs to another cluster, topic or route (before Spark
         sees it); note the owner to record once the topics are ready."""
         route_dir = self._route_dir()
-        current = owner.Owner(self.route.name, self.route.source_label, cluster_id(self._admin))
+        source = self._admins.of(self.source_cluster)
+        current = owner.Owner(self.route.name, self.route.source_label, cluster_id(source))
         if owner.check(route_dir, current, naming.lane_label(0)).write:
             self._claim = current
 
@@ -160,21 +172,27 @@ class RouteRuntime:
         return lost or (fence.lost() if fence is not None else None)
 
     def _prepare(self) -> None:
-        self._prepared = topics.prepare(self._admin, self.route, fenced=self.fence is not None)
+        split = self.write_cluster != self.source_cluster
+        self._prepared = topics.prepare(
+            self._admins.of(self.source_cluster),
+            self.route,
+            fenced=self.fence is not None,
+            write_admin=self._admins.of(self.write_cluster) if split else None,
+        )
         self.partitions = self._prepared.partitions
 
     def _claim_pins(self) -> None:
         """Refuse to overlap the pins of routes running in other siding processes; claim the
         route's own (``pin_claims``; a standby, after it took the fence)."""
         assert self._prepared is not None
-        self.pin_claims.open(self._prepared.present)
+        self.pin_claims.open(self._prepared.on_source)
 
     def _record_owner(self) -> None:
         if self._claim is not None:
             owner.claim(self._route_dir(), self._claim)
 
     def _reconcile(self) -> None:
-        moves.reconcile_at_start(self.config, self.route, self._admin)
+        moves.reconcile_at_start(self.config, self.route, self._admins.of(self.source_cluster))
 
     # -- start ----------------------------------------------------------------------------
 
@@ -189,7 +207,7 @@ class RouteRuntime:
 
     def _start(self, spark: SparkSession) -> None:
         assert self._prepared is not None, "open the route first"
-        route, client_conf = self.route, self.config.kafka.client_config()
+        route, client_conf = self.route, self.write_conf
         present = self._prepared.present
         waits = KeyWaits(naming.state_topic(route.name, naming.KEYS))
         waits.restore(read_to_end(client_conf, waits.topic))
@@ -200,21 +218,31 @@ class RouteRuntime:
         sources = self._prepared.sources
         for lane, read in enumerate((sources, *((t,) for t in naming.route_lane_topics(route)))):
             name = naming.query_name(route.name, lane)
+            # The main lane's commits go to the cluster it reads, the lanes' to the one they are on.
+            cluster = self.source_cluster if lane == 0 else self.write_cluster
             if lane > 0:
-                self.targets[name] = CommitTarget(route.group, read[0], refused=self.lock_lost)
+                self.targets[name] = CommitTarget(
+                    route.group, read[0], refused=self.lock_lost, cluster=cluster
+                )
             elif route.topic_pattern is None:
                 more = (*read[1:], *held)
                 self.targets[name] = CommitTarget(
-                    route.group, read[0], more, refused=self.lock_lost
+                    route.group, read[0], more, refused=self.lock_lost, cluster=cluster
                 )
             else:  # the topics matching the pattern, as they appear
                 self.targets[name] = CommitTarget(
-                    route.group, "", held, route.topic_pattern, refused=self.lock_lost
+                    route.group,
+                    "",
+                    held,
+                    route.topic_pattern,
+                    refused=self.lock_lost,
+                    cluster=cluster,
                 )
             handler = LaneBatchHandler(
                 route=route,
                 lane=lane,
                 client_conf=client_conf,
+                registry_conf=self.config.kafka.client_config(),
                 waits=waits,
                 state_producer=state_producer,
                 stop=self.stop_event,
@@ -228,6 +256,7 @@ class RouteRuntime:
                 fence=self.fence_plan,
                 pager=self.pager,
                 on_flood=self._flood_stop,
+                tracing=self.tracing,
             )
             subscribe, topic = (
                 main_subscription(route, held, self.partitions)
@@ -262,7 +291,9 @@ class RouteRuntime:
         route = self.route
         topic = naming.park_topic(route.name)
         name = naming.query_name(route.name, naming.PARK_LANE)
-        self.targets[name] = CommitTarget(route.group, topic, refused=self.lock_lost)
+        self.targets[name] = CommitTarget(
+            route.group, topic, refused=self.lock_lost, cluster=self.write_cluster
+        )
         tail = self._tail(naming.state_topic(route.name, naming.SETTLED))
         store = SettlementStore(tail.topic, tail.read_new, state_producer.write)
         store.catch_up()
@@ -277,7 +308,8 @@ class RouteRuntime:
         self.settlements = store
         handler = ParkBatchHandler(
             route=route,
-            client_conf=self.config.kafka.client_config(),
+            client_conf=self.write_conf,
+            registry_conf=self.config.kafka.client_config(),
             settlements=store,
             stop=self.stop_event,
             sink=self.sink,
@@ -290,6 +322,7 @@ class RouteRuntime:
             fence=self.fence_plan,
             pager=self.pager,
             on_flood=self._flood_stop,
+            tracing=self.tracing,
         )
         # Read like a retry lane: from the group, or the topic's beginning.
         self._start_query(spark, naming.PARK_LANE, topic, (topic,), handler, starting_lane=1)
@@ -307,7 +340,7 @@ class RouteRuntime:
             log.warning("route %s: the DLQ-flood stop was not marked: %s", self.route.name, exc)
 
     def _tail(self, topic: str) -> TopicTail:
-        tail = TopicTail(self.config.kafka.client_config(), topic)
+        tail = TopicTail(self.write_conf, topic)
         self._tails.append(tail)
         return tail
 
@@ -326,12 +359,14 @@ class RouteRuntime:
         route = self.route
         subdir = naming.checkpoint_subdir(route.name, lane)
         checkpoint = checkpoint_root(self.config) / subdir
+        # The main lane reads the source's cluster; the retry and park lanes the write cluster.
+        role: Role = "source" if lane == 0 else "write"
         starting = query.starting(
-            self.config.kafka.client_config(),
+            self.config.kafka.cluster_for(route, role).client_config(),
             route,
             reads,
             partitions=self.partitions,
-            known=self._prepared.present,
+            known=self._prepared.on_source if role == "source" else self._prepared.on_write,
             checkpoint=checkpoint,
             lane=lane if starting_lane is None else starting_lane,
         )
@@ -347,6 +382,7 @@ class RouteRuntime:
             checkpoint=checkpoint,
             starting=starting,
             subscribe=subscribe,
+            role=role,
         )
         self._starts[name] = start
         self.queries.append(start())
@@ -460,7 +496,7 @@ class RouteRuntime:
         may not have heard of it yet); what was committed, per topic."""
         target = self.targets.get(str(stopped.name))
         progress = stopped.lastProgress
-        if target is None or progress is None or self._admin is None or self.lock_lost():
+        if target is None or progress is None or self.lock_lost():
             return {}
         out: dict[str, dict[int, int]] = {}
         for source in progress.sources:
@@ -468,7 +504,8 @@ class RouteRuntime:
                 offsets = end_offsets(source.endOffset, topic)
                 if offsets:
                     mark = positions.mark(f"batch={progress.batchId}")
-                    commit_offsets(self._admin, target.group, topic, offsets, metadata=mark)
+                    admin = self._admins.of(target.cluster)
+                    commit_offsets(admin, target.group, topic, offsets, metadata=mark)
                     out[topic] = offsets
         return out
 

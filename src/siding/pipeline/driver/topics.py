@@ -21,20 +21,37 @@ class RouteFailed(RouteStopped):
 @dataclass(frozen=True)
 class Prepared:
     """What a route's start found: its sources, the partitions its lanes have, and the
-    partitions of every topic present then."""
+    partitions of every topic present then (on either of its clusters; ``read`` and
+    ``written``: on each, when the route writes to another cluster than it reads)."""
 
     sources: tuple[str, ...]
     partitions: int
     present: Mapping[str, int]
+    read: Mapping[str, int] | None = None
+    written: Mapping[str, int] | None = None
+
+    @property
+    def on_source(self) -> Mapping[str, int]:
+        """The topics present on the cluster the route reads."""
+        return self.present if self.read is None else self.read
+
+    @property
+    def on_write(self) -> Mapping[str, int]:
+        """The topics present on the cluster the route writes to."""
+        return self.present if self.written is None else self.written
 
 
-def prepare(admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared:
+def prepare(
+    admin: Any, route: RouteConfig, *, fenced: bool = False, write_admin: Any = None
+) -> Prepared:
     """Check the route's sources and outputs, and create the topics it writes (its fence's
-    too when ``fenced``: ``[fence]``)."""
+    too when ``fenced``: ``[fence]``). ``admin``: the cluster the route reads; ``write_admin``:
+    the one it writes to, when that is another (``siding.config.cluster_name``)."""
     present = existing_topics(admin)
     sources = check_sources(route, present)
     # Lanes, the DLQ and the park topic hold the records of every source topic.
     partitions = max(present[t] for t in sources)
+    written = present if write_admin is None else existing_topics(write_admin)
     owned = naming.topics_of(route)
     wanted = [*owned.lanes, owned.dlq, owned.state(naming.KEYS)]
     if route.progress_interval > 0:
@@ -42,17 +59,22 @@ def prepare(admin: Any, route: RouteConfig, *, fenced: bool = False) -> Prepared
     wanted.append(owned.state(naming.LIVE))
     if fenced:
         wanted.append(owned.state(naming.FENCE))
-    if held_topics(route, present):
+    if held_topics(route, written):
         wanted.append(owned.hold)
-    if route.parks or owned.park.name in present:
+    if route.parks or owned.park.name in written:
         wanted += [owned.park, owned.state(naming.SETTLED)]
-    if missing := [t for t in route.outputs if t not in present]:
+    if missing := [t for t in route.outputs if t not in written]:
         raise RouteFailed(
             f"route {route.name}: output topic(s) {', '.join(missing)} do not exist"
             " (siding does not create output topics: docs/outputs.md)"
         )
-    ensure_topics(admin, topic_specs(wanted, partitions, carried(admin, sources)))
-    return Prepared(sources, partitions, present)
+    carry = carried(admin, sources)
+    # Not ``write_admin or admin``: an AdminClient has a length (its queue), so 0 is falsy.
+    target = admin if write_admin is None else write_admin
+    ensure_topics(target, topic_specs(wanted, partitions, carry))
+    if write_admin is None:
+        return Prepared(sources, partitions, present)
+    return Prepared(sources, partitions, {**written, **present}, read=present, written=written)
 
 
 def carried(admin: Any, sources: Iterable[str]) -> dict[str, str]:

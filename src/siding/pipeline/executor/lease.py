@@ -109,6 +109,17 @@ def decide(current: Lease | None, seen_at: float, now: float) -> Verdict:
     return Held(current.holder, current.epoch, left)
 
 
+def outwaited(current: Lease | None, found_at: float, seen_at: float) -> bool:
+    """Whether a driver started without ``--standby`` should give up on the lease it found held
+    at ``found_at`` (its own monotonic clock, once its first read of the topic came back): it
+    read a renewal (``seen_at``) more than one lease length after that, so the holder is alive.
+    A dead holder's last record, however late the read that brought it, never makes a driver
+    give up: its lease runs out and the route is taken (a restart after a SIGKILL)."""
+    if current is None or current.released:
+        return False
+    return seen_at - found_at > current.lease_s
+
+
 def holder_until(sent_at: float, lease_s: float) -> float:
     """Until when (the holder's monotonic clock) a renewal sent at ``sent_at`` keeps the route:
     always before any other driver's ``decide`` frees it, which times from after the write."""

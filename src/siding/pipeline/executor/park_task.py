@@ -24,7 +24,17 @@ from siding.pipeline.executor import fence_gate
 from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_tasks
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import Incoming, incoming
-from siding.pipeline.executor.task import dead_reasons, deliver, failed, split_letters, tally
+from siding.pipeline.executor.task import (
+    dead_reasons,
+    deliver,
+    failed,
+    flush_spans,
+    is_dead,
+    split_letters,
+    tally,
+    task_trace,
+    topic_of,
+)
 from siding.pipeline.executor.worker import runtime
 from siding.policy import next_step
 from siding.routing.settlement import Settlement
@@ -75,10 +85,12 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     finished, again, later = sort_parked(plan, items, plan.settlements, int(time.time() * 1000))
     settled = list(finished)
     stats = None
+    trace = task_trace(plan)
+    watch = None if trace is None else trace.wrap
     for lane, group in sorted(again.items()):
         own = min(lane, len(plan.route.lanes))  # the lanes may have been shortened since
         settings = share_among_tasks(dispatch_settings(plan.route, own, park=False), plan.tasks)
-        report = deliver(plan, settings, group, partition_id)
+        report = deliver(plan, settings, group, partition_id, watch=watch)
         settled += report.settled
         stats = report.stats
     hops = {i.delivery.id: i.hops for i in items if i.hops}
@@ -89,7 +101,11 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     out, letters = split_letters(plan, [*settled, *again_parked], hops, int(time.time() * 1000))
     if out:
         fence_gate.check(plan.fence, plan.client_conf)
+        started_ns = time.time_ns()
         runtime().producer(plan.client_conf).write(out)
+        if trace is not None:
+            kept = [s for s in settled if not is_dead(s)]
+            trace.wrote(kept, lambda d, step: topic_of(plan, d, step), started_ns, time.time_ns())
     used = tuple(i.park_token for i in items if i.park_token in plan.settlements)
     result = tally(
         settled,
@@ -97,6 +113,7 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
         used_tokens=used,
         dead_reasons=dead_reasons(settled),
         letters=tuple(letters),
+        spans_dropped=trace.dropped() if trace is not None else 0,
     )
     # A parked call's outputs were written by the worker before its settlement: counted here,
     # when the park lane finishes the record (docs/outputs.md).
@@ -112,6 +129,9 @@ def settle_partition(plan: TaskPlan) -> Any:
             result = run_park_slice(plan, rows, partition_id)
         except SidingError as exc:  # said in one line to the driver, which decides
             result = failed(exc)
+        finally:
+            if plan.tracing is not None:
+                flush_spans(plan.tracing.flush_s)
         yield result
 
     return run

@@ -21,6 +21,7 @@ from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.progress import ProgressPlan
 from siding.policy import deadline_for
 from siding.routing.settlement import Settlement
+from siding.tracing.settings import TraceSettings
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class TaskPlan:
     breaker_epoch: int = 0
     # Where consumer instances that join the route are registered ("": none join it).
     registry_topic: str = ""
+    # The settings of the registry topic's cluster ([kafka]); empty: ``client_conf``'s.
+    registry_conf: Mapping[str, object] = field(default_factory=dict)
     # A file that appears when a draining stop begins (siding.pipeline.driver.drain); "" for none.
     drain_file: str = ""
     # Where tasks record what they made durable, and what earlier attempts did (docs/replay.md).
@@ -51,6 +54,8 @@ class TaskPlan:
     live_topic: str = ""
     # The fence the batch runs under; writes are refused once a newer epoch is claimed.
     fence: FencePlan | None = None
+    # [tracing] as resolved on the driver; None: off (siding.tracing).
+    tracing: TraceSettings | None = None
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -113,9 +118,11 @@ def build_plan(
     settlements: Mapping[str, Settlement] | None = None,
     breaker_epoch: int = 0,
     registry_topic: str = "",
+    registry_conf: Mapping[str, object] | None = None,
     drain_file: str = "",
     progress: ProgressPlan | None = None,
     fence: FencePlan | None = None,
+    tracing: TraceSettings | None = None,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -135,8 +142,10 @@ def build_plan(
         settlements=dict(settlements or {}),
         breaker_epoch=breaker_epoch,
         registry_topic=registry_topic if route.takes_registrations else "",
+        registry_conf=dict(registry_conf or {}),
         drain_file=drain_file,
         progress=progress,
         live_topic=naming.state_topic(route.name, naming.LIVE),
         fence=fence,
+        tracing=tracing,
     )

@@ -36,3 +36,5 @@ class TaskResult:
     # ``retriable`` is false, stops the route with this line.
     failure: str = ""
     retriable: bool = True
+    # Spans this worker failed to export since its last task said so ([tracing]; best effort).
+    spans_dropped: int = 0

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from siding.dispatch import (
     DispatchReport,
@@ -49,12 +49,16 @@ from siding.steps import (
     Held,
     Parked,
     Resent,
+    Step,
     StepCounts,
     ToDlq,
     ToLane,
     reason_class,
 )
 from siding.transport.base import Transport
+
+if TYPE_CHECKING:
+    from siding.tracing.task import TaskTrace
 
 _DUE_SLACK_MS = 1000
 DRAIN_POLL_S = 0.1
@@ -70,7 +74,7 @@ def route_out(
     route = plan.route.name
     for item in settled:
         delivery = item.work.delivery
-        before = hops.get(delivery.id, ())
+        before = (*hops.get(delivery.id, ()), *item.work.hops)
         match item.step:
             case Done(outputs=outputs):
                 # Written with the lane records, acknowledged before the task returns (outputs.md).
@@ -141,17 +145,11 @@ def retry_topic(plan: TaskPlan, delivery: Delivery) -> Callable[[int], str]:
     return lambda _lane: plan.hold_topic
 
 
-def waiting_in_hold(plan: TaskPlan, items: Sequence[Incoming], now_ms: int) -> list[Incoming]:
-    """Main lane, key mode: retried records read back from the hold topic whose lane delay has
-    not passed yet; they are written back unchanged, and the key state keeps their keys blocked."""
-    if plan.lane != 0:
-        return []
-    return [i for i in items if not i.malformed and i.not_before_ms > now_ms]
-
-
 def slice_work(plan: TaskPlan, items: Sequence[Incoming], skip: set[str]) -> list[Work]:
     """The items to dispatch; a retried record in the main lane's loop keeps its lane's
-    deadline."""
+    deadline and its not-before time: the window delivers it if it falls due while the batch
+    runs, else writes it back unchanged (``Resent``), its key still blocked
+    (``siding.dispatch.inbatch``)."""
     lanes = plan.settings.lanes
     return [
         Work(
@@ -230,12 +228,14 @@ def run_slice(
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname(), skipped=progress.skipped)
     now_ms = int(time.time() * 1000)
-    later = not_due(plan, items, now_ms) + waiting_in_hold(plan, items, now_ms)
+    later = not_due(plan, items, now_ms)
     work = slice_work(plan, items, {i.delivery.id for i in later})
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     read_s = time.monotonic() - began
     progress.expect(len(work))
-    report = deliver(plan, plan.settings, work, partition_id, watch=progress.watch)
+    trace = task_trace(plan)
+    watch = progress.watch if trace is None else _traced_watch(progress.watch, trace)
+    report = deliver(plan, plan.settings, work, partition_id, watch=watch)
     dispatched_s = time.monotonic() - began
     settled = [*report.settled, *_malformed(items)]
     route = plan.route
@@ -243,7 +243,11 @@ def run_slice(
     out, letters = split_letters(plan, [*settled, *resent], hops, int(time.time() * 1000))
     if out:
         fence_gate.check(plan.fence, plan.client_conf)
+        started_ns = time.time_ns()
         runtime().producer(plan.client_conf).write(out)
+        if trace is not None:
+            kept = [s for s in settled if not is_dead(s)]
+            trace.wrote(kept, lambda d, step: topic_of(plan, d, step), started_ns, time.time_ns())
     # The dead ones are not durable yet: the driver writes them after judging the batch.
     progress.written(plan, pending={s.work.delivery.id for s in settled if is_dead(s)})
     if os.environ.get("SIDING_TRACE_TASKS"):
@@ -264,7 +268,38 @@ def run_slice(
         dead_reasons=dead_reasons(settled),
         skipped=progress.skipped,
         letters=tuple(letters),
+        spans_dropped=trace.dropped() if trace is not None else 0,
     )
+
+
+def task_trace(plan: TaskPlan) -> TaskTrace | None:
+    """The task's spans where ``[tracing]`` is on; with it off, OpenTelemetry is not imported."""
+    if plan.tracing is None:
+        return None
+    from siding.tracing.task import TaskTrace
+
+    return TaskTrace(plan.tracing, plan.route.name, plan.route.group)
+
+
+def _traced_watch(
+    watch: Callable[[Transport], Transport], trace: TaskTrace
+) -> Callable[[Transport], Transport]:
+    return lambda transport: trace.wrap(watch(transport))
+
+
+def topic_of(plan: TaskPlan, delivery: Delivery, step: Step) -> str:
+    """Where the task writes ``delivery`` for ``step`` (a traced write's destination)."""
+    match step:
+        case ToLane(lane=lane):
+            return retry_topic(plan, delivery)(lane)
+        case Parked():
+            return plan.park_topic
+        case Held():
+            return plan.hold_topic
+        case ToDlq():
+            return plan.dlq_topic
+        case _:
+            return ""
 
 
 def is_dead(item: Settled) -> bool:
@@ -342,7 +377,7 @@ def deliver(
         transport, breaker, timer = rt.pool(
             route,
             registry_topic=plan.registry_topic,
-            client_conf=plan.client_conf,
+            client_conf=plan.registry_conf or plan.client_conf,
             breaker=settings.breaker,
             connections=route.max_in_flight,
             breaker_epoch=plan.breaker_epoch,
@@ -408,6 +443,13 @@ async def watch_file(path: str, seen: asyncio.Event, poll_s: float = DRAIN_POLL_
     seen.set()
 
 
+def flush_spans(timeout_s: float) -> None:
+    """Export the process's ended spans before the task returns (bounded, best effort)."""
+    from siding.tracing import otel
+
+    otel.flush(timeout_s)
+
+
 def deliver_partition(plan: TaskPlan) -> Any:
     """The function handed to ``RDD.mapPartitionsWithIndex``."""
 
@@ -419,6 +461,8 @@ def deliver_partition(plan: TaskPlan) -> Any:
             result = failed(exc)
         finally:
             progress.close()  # a failed task still records the ACKs it got
+            if plan.tracing is not None:
+                flush_spans(plan.tracing.flush_s)
         yield result
 
     return run

@@ -50,8 +50,9 @@ def route_dir_of(config: SidingConfig, route: RouteConfig) -> Place:
     return route_place(config, route.name)
 
 
-def _client_conf(config: SidingConfig) -> dict[str, str]:
-    return {k: str(v) for k, v in config.kafka.client_config().items()}
+def _client_conf(config: SidingConfig, route: RouteConfig) -> dict[str, str]:
+    """The settings of the cluster the route reads (its group's offsets are there too)."""
+    return {k: str(v) for k, v in config.kafka.cluster_for(route, "source").client_config().items()}
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def source_topics(config: SidingConfig, route: RouteConfig) -> tuple[str, ...]:
     its checkpoint has positions of."""
     if route.topic_pattern is None:
         return route.source_topics
-    client_conf = _client_conf(config)
+    client_conf = _client_conf(config, route)
     found = set(existing_topics(admin_client(client_conf)))
     position = offset_log.read_position(route_dir_of(config, route) / MAIN)
     found.update(position.offsets if position is not None else ())
@@ -122,7 +123,7 @@ def look(
     caller holds the route's lock (nobody else runs it). ``topic``: which source topic, for a
     route that reads several."""
     route_dir = route_dir_of(config, route)
-    client_conf = _client_conf(config)
+    client_conf = _client_conf(config, route)
     current = owner.Owner(route.name, route.source_label, cluster_id(admin_client(client_conf)))
     owner.check(route_dir, current, MAIN)
     source = pick_topic(config, route, topic)
@@ -217,11 +218,10 @@ def finish_interrupted(route_dir: Place, admin: Any) -> Move | None:
     return move
 
 
-def audit(
-    client_conf: Mapping[str, object], route: RouteConfig, event: Mapping[str, object]
-) -> None:
-    """Append ``event`` to the route's audit topic (created if missing): offsets moved here,
-    backfills in ``siding.pipeline.driver.backfill``."""
+def audit(config: SidingConfig, route: RouteConfig, event: Mapping[str, object]) -> None:
+    """Append ``event`` to the route's audit topic (created if missing, on the cluster the
+    route writes to): offsets moved here, backfills in ``siding.pipeline.driver.backfill``."""
+    client_conf = config.kafka.cluster_for(route, "write").client_config()
     topic = naming.topics_of(route).state(naming.AUDIT)
     ensure_topics(
         admin_client({k: str(v) for k, v in client_conf.items()}),
@@ -234,11 +234,9 @@ def audit(
         producer.close()
 
 
-def _audit_failed(
-    client_conf: Mapping[str, object], route: RouteConfig, event: Mapping[str, object]
-) -> None:
+def _audit_failed(config: SidingConfig, route: RouteConfig, event: Mapping[str, object]) -> None:
     try:
-        audit(client_conf, route, {**event, "status": "failed"})
+        audit(config, route, {**event, "status": "failed"})
     except Exception:  # the move's own error is the one to report
         log.exception("route %s: the audit event of a failed move was not written", route.name)
 
@@ -281,7 +279,7 @@ def reset(
     for a route that reads several."""
     route = config.route_named(route_name)
     route_dir = route_dir_of(config, route)
-    client_conf = _client_conf(config)
+    client_conf = _client_conf(config, route)
     admin = admin_client(client_conf)
     lock = RouteLock(route_dir, f"siding offsets reset of route {route.name}")
     try:
@@ -308,9 +306,9 @@ def reset(
         try:
             carry_out(route_dir, move, admin)
         except BaseException:
-            _audit_failed(client_conf, route, event)
+            _audit_failed(config, route, event)
             raise
-        audit(client_conf, route, {**event, "status": "ok"})
+        audit(config, route, {**event, "status": "ok"})
         log.info(
             "route %s: offsets reset (%s) by %s: %s",
             route.name,
@@ -363,7 +361,7 @@ def _reconcile_topic(
     position = offset_log.read_position(route_dir / MAIN)
     if position is None:
         return
-    client_conf = _client_conf(config)
+    client_conf = _client_conf(config, route)
     checkpoint = position.offsets.get(topic, {})
     # A pinned route's partitions only: another route of the group owns the others.
     group = route.only_pinned(topic, committed_positions(client_conf, route.group, topic))
@@ -373,7 +371,7 @@ def _reconcile_topic(
         view = RouteOffsets(
             route, route_dir, extent, position, group, None, pending_move=False, topic=topic
         )
-        _adopt(client_conf, view, verdict.moved, admin)
+        _adopt(config, view, verdict.moved, admin)
     elif verdict.behind:
         commit_offsets(admin, route.group, topic, verdict.behind, metadata=positions.mark("start"))
         log.info(
@@ -391,9 +389,7 @@ def _on_topic(view: RouteOffsets) -> str:
     return "" if view.route.single_topic is not None else f" of topic {view.source}"
 
 
-def _adopt(
-    client_conf: Mapping[str, object], view: RouteOffsets, moved: Mapping[int, int], admin: Any
-) -> None:
+def _adopt(config: SidingConfig, view: RouteOffsets, moved: Mapping[int, int], admin: Any) -> None:
     route = view.route
     checkpoint = view.checkpoint or {}
     changes = {p: (checkpoint.get(p), o) for p, o in moved.items()}
@@ -417,4 +413,4 @@ def _adopt(
     log.warning("%s: siding starts from the group's offsets (the checkpoint follows them)", what)
     carry_out(view.route_dir, move, admin)
     event = _event("offsets adopt", view, planned, move, "the group's offsets")
-    audit(client_conf, route, {**event, "status": "ok"})
+    audit(config, route, {**event, "status": "ok"})
