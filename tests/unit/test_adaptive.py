@@ -7,6 +7,7 @@ import heapq
 import random
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,10 +16,13 @@ from hypothesis import strategies as st
 
 from siding.dispatch.adaptive import (
     MIN_SAMPLES,
+    RAMP_SAMPLES,
+    RAMP_STALL_S,
     AdaptiveSettings,
     Limit,
     initial_limit,
     percentile,
+    ramp_if_stalled,
     rebound,
     update,
 )
@@ -39,18 +43,26 @@ def run_consumer(
     max_in_flight: int = 64,
     adaptive: AdaptiveSettings = ON,
     seed: int = 1,
+    ramp: bool = True,
+    burst: bool = False,
 ) -> list[tuple[float, int]]:
     """A backlog sent to ``consumer`` under the limit (a new call whenever a slot is free), as
-    the window does; (answer time, limit after it) for every answer."""
+    the window does; (answer time, limit after it) for every answer. ``ramp``: the limit starts
+    at the floor and ramps up, as a route's window does; else at the top. ``burst``: the calls
+    sent at once all find each other open (as through a real transport, where a burst arrives
+    before the consumer answers any of it); else each finds only those sent before it."""
     rnd = random.Random(seed)
-    state = initial_limit(max_in_flight, adaptive)
+    state = initial_limit(max_in_flight, adaptive, ramp=ramp)
     now = 0.0
     out: list[tuple[float, float, OutcomeKind]] = []  # (answer at, took, answer)
     trace: list[tuple[float, int]] = []
     while now < seconds:
-        while len(out) < state.current:
-            took, kind = consumer(len(out) + 1, rnd, now)
+        sending = max(0, state.current - len(out))
+        for i in range(sending):
+            took, kind = consumer(len(out) + (sending - i if burst else 1), rnd, now)
             heapq.heappush(out, (now + took, took, kind))
+        if not out:
+            break
         now, took, kind = heapq.heappop(out)
         state = update(state, kind, took, now, adaptive)
         trace.append((now, state.current))
@@ -77,8 +89,81 @@ def window(state: Limit, latency_s: float, now: float, n: int = MIN_SAMPLES) -> 
     return state
 
 
-def test_starts_at_the_configured_max() -> None:
+def test_a_dispatch_that_keeps_no_limit_starts_at_the_max() -> None:
     assert initial_limit(100, ON).current == 100
+    assert not initial_limit(100, ON).ramping
+
+
+def test_a_fresh_limit_starts_at_the_floor_and_doubles_each_round_trip() -> None:
+    # Given a fresh limit (floor 2) and a consumer that answers every call in 20 ms
+    state = initial_limit(100, ON, ramp=True)
+    assert (state.current, state.ramping) == (2, True)
+    # When each round trip's calls are answered
+    sizes = []
+    now = 0.0
+    for _ in range(4):
+        now += 0.02
+        for _ in range(state.current):
+            state = update(state, ACK, 0.02, now, ON)
+        sizes.append(state.current)
+    # Then the limit doubles each round: a fast consumer's first batch is not held back
+    assert sizes == [4, 8, 16, 32]
+    # And the baseline is the unloaded answers' latency
+    assert state.baseline_s == 0.02
+
+
+def test_the_ramp_ends_when_a_rounds_answers_rise_above_the_target() -> None:
+    # Given a ramp that measured a baseline of 20 ms and has reached 40, at the start of a round
+    state = initial_limit(100, ON, ramp=True)
+    for i in range(RAMP_SAMPLES):
+        state = update(state, ACK, 0.02, now=0.02 + i / 1000, settings=ON)
+    while state.current < 40 or state.samples:
+        state = update(state, ACK, 0.02, now=0.1, settings=ON)
+    assert state.ramping and state.baseline_s == 0.02
+    started = state.round_from
+    # When a round's fast answers take 82 ms (twice the target of 41 ms)
+    for i in range(RAMP_SAMPLES):
+        state = update(state, ACK, 0.082, now=0.2 + i / 1000, settings=ON)
+    # Then the ramp ends, cut from where the round began, and the baseline stays the unloaded one
+    assert not state.ramping
+    assert state.limit == pytest.approx(started / 2)
+    assert state.baseline_s == 0.02
+
+
+def test_the_ramp_grows_on_retries_too() -> None:
+    # A consumer that answers RETRY to a share below the cut: the ramp must not wait for ACKs
+    state = initial_limit(64, ON, ramp=True)
+    for i in range(40):
+        kind = OutcomeKind.RETRY if i % 5 == 0 else ACK
+        state = update(state, kind, 0.01, now=i / 100, settings=ON)
+    assert state.current == 42
+
+
+def test_a_ramp_with_no_answer_doubles_by_time_and_an_answer_restarts_its_clock() -> None:
+    # A consumer that holds every call for 20 s: the ramp must not wait 20 s per doubling (its
+    # calls would block the batch's other records, head-of-line, until the first answers)
+    state = initial_limit(16, ON, ramp=True)
+    state, due = ramp_if_stalled(state, now=0.0)
+    assert (state.current, due) == (2, RAMP_STALL_S)
+    state, due = ramp_if_stalled(state, now=0.5)
+    assert state.current == 2 and due == pytest.approx(RAMP_STALL_S - 0.5)
+    sizes = []
+    for i in range(1, 5):
+        state, _ = ramp_if_stalled(state, now=i * RAMP_STALL_S)
+        sizes.append(state.current)
+    assert sizes == [4, 8, 16, 16]  # never above max_in_flight
+    # An answer is movement: the clock starts again from it
+    state = initial_limit(16, ON, ramp=True)
+    state, _ = ramp_if_stalled(state, now=0.0)
+    state = update(state, ACK, 0.9, 0.9, ON)
+    state, due = ramp_if_stalled(state, now=1.5)
+    assert state.current == 3 and due == pytest.approx(0.4)
+
+
+def test_a_limit_that_does_not_ramp_never_grows_by_time() -> None:
+    ended = Limit(8.0, low=2, high=16, baseline_s=0.02)
+    assert ramp_if_stalled(ended, now=100.0) == (ended, None)
+    assert ramp_if_stalled(initial_limit(16, ON), now=100.0)[1] is None  # at the top
 
 
 def test_rising_latency_cuts_the_limit() -> None:
@@ -118,15 +203,27 @@ def test_never_below_min_nor_above_max() -> None:
     assert window(high, 0.001, now=0.0).current == 4
 
 
-def test_the_limit_settles_at_a_queueing_consumers_knee() -> None:
+@pytest.mark.parametrize("burst", [False, True])
+def test_the_limit_settles_at_a_queueing_consumers_knee(burst: bool) -> None:
     # Given a consumer that answers in 20 ms up to 8 calls and takes 10 ms more per call above
-    # (the target, twice 20 ms, is reached at 10 calls) and a backlog under max_in_flight = 64
-    trace = run_consumer(knee_consumer(0.02, 0.01, knee=8), seconds=30.0)
-    # Then after a few seconds the limit stays between the knee and the target
+    # (the target, twice 20 ms, is reached at 10 calls) and a backlog under max_in_flight = 64,
+    # its calls sent at once arriving one by one, or all before it answers any (``burst``)
+    trace = run_consumer(knee_consumer(0.02, 0.01, knee=8), seconds=30.0, burst=burst)
+    # Then the ramp overshoots the knee at most once, and within a second
+    assert max(after(trace, 1.0)) <= 16
+    # And after a few seconds the limit stays between the knee and the target
     settled = after(trace, 5.0)
     assert min(settled) >= 8
     assert max(settled) <= 12
     assert statistics.median(settled) in (9, 10, 11)
+
+
+def test_a_limit_that_starts_at_the_top_misses_the_knee_of_a_burst() -> None:
+    # Why the ramp: started at the top, the first answers of a burst are already slow (all 64
+    # calls are open at the consumer before it answers one), so the baseline is a loaded
+    # latency and the limit never comes down (a real route held 63 of 64 calls so)
+    trace = run_consumer(knee_consumer(0.02, 0.01, knee=8), seconds=10.0, burst=True, ramp=False)
+    assert statistics.median(after(trace, 5.0)) == 64
 
 
 def test_noise_does_not_flap_the_limit() -> None:
@@ -137,8 +234,8 @@ def test_noise_does_not_flap_the_limit() -> None:
         lambda _n, rnd, _t: (0.02 * rnd.lognormvariate(0, 1.0), ACK),
     ):
         trace = run_consumer(noisy, seconds=20.0)
-        limits = [limit for _, limit in trace]
-        # Then the window stays open: at most a small cut now and then
+        limits = after(trace, 1.0)
+        # Then the ramp reached the top and the window stays open: at most a small cut
         assert min(limits) >= 48
         assert statistics.median(limits) == 64
 
@@ -165,8 +262,9 @@ def test_slow_messages_do_not_cut_the_window_of_the_fast_ones(slow_share: float)
         return (2.0 if rnd.random() < slow_share else 0.01), ACK
 
     trace = run_consumer(hol, seconds=30.0)
-    # Then the window is never cut: the fast answers say the consumer is not saturated
-    assert min(limit for _, limit in trace) == 64
+    # Then the ramp reaches the top within a second and the window is never cut: the fast
+    # answers say the consumer is not saturated
+    assert min(after(trace, 1.0)) == 64
 
 
 def test_a_window_judges_by_its_fast_answers() -> None:
@@ -239,7 +337,13 @@ def test_a_kept_limit_goes_on_under_the_next_batchs_bounds() -> None:
     assert rebound(kept, 16, ON).current == 16
     assert rebound(kept, 16, ON).baseline_s == kept.baseline_s
     assert rebound(kept, 64, ON).current == 40
-    assert rebound(None, 64, ON).current == 64
+    # none kept (a fresh worker or endpoint): a ramp from the floor
+    assert rebound(None, 64, ON).current == 2
+    assert rebound(None, 64, ON).ramping
+    # a ramp that measured no baseline yet starts again from the floor; one that did goes on
+    ramp = replace(initial_limit(64, ON, ramp=True), limit=30.0)
+    assert rebound(ramp, 64, ON).current == 2
+    assert rebound(replace(ramp, baseline_s=0.02), 64, ON).current == 30
     assert rebound(kept, 64, AdaptiveSettings(enabled=False)).current == 64
     # an overload cut lasts its batch, as it always did
     cut = update(kept, OutcomeKind.BACKOFF, 0.0, 0.0, ON)
@@ -273,6 +377,7 @@ answers = st.tuples(
     st.floats(0.05, 0.95),
     st.floats(0.1, 10),
     st.lists(answers, max_size=200),
+    st.booleans(),
 )
 def test_limit_stays_within_bounds(
     max_in_flight: int,
@@ -280,13 +385,15 @@ def test_limit_stays_within_bounds(
     ratio: float,
     increase: float,
     seq: list[tuple[OutcomeKind, float, float]],
+    ramp: bool,
 ) -> None:
     aimd = AdaptiveSettings(min_in_flight=min_in_flight, increase=increase, backoff_ratio=ratio)
-    state = initial_limit(max_in_flight, aimd)
+    state = initial_limit(max_in_flight, aimd, ramp=ramp)
     now = 0.0
     for kind, latency, dt in seq:
         now += dt
         state = update(state, kind, latency, now, aimd)
+        state, _ = ramp_if_stalled(state, now)
         assert min(min_in_flight, max_in_flight) <= state.current <= max_in_flight
         assert state.limit <= max_in_flight
 

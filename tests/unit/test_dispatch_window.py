@@ -224,8 +224,8 @@ async def test_the_adaptive_limit_goes_on_from_the_last_dispatch() -> None:
     limits: dict[int, adaptive.Limit] = {}
     first = knee_transport(0.01, 0.005, knee=4)
     report = await dispatch(first, items(400), settings, limits=limits)
-    # When the first dispatch (which started at the top) is done
-    assert first.max_concurrent == 64
+    # When the first dispatch (a fresh limit: it ramps up from the floor) is done
+    assert 4 <= first.max_concurrent <= 32
     kept = limits[settings.lane]
     assert report.stats.final_limit == kept.current < 16
     # Then the next one starts where it ended, not at max_in_flight again (its first calls find
@@ -237,6 +237,21 @@ async def test_the_adaptive_limit_goes_on_from_the_last_dispatch() -> None:
     fresh = knee_transport(0.01, 0.005, knee=4)
     await dispatch(fresh, items(100), settings)
     assert fresh.max_concurrent == 64
+
+
+async def test_a_ramp_whose_calls_go_unanswered_grows_by_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a fresh limit (it ramps from one call) and a consumer that holds every call for 1 s
+    monkeypatch.setattr(adaptive, "RAMP_STALL_S", 0.05)
+    transport = ScriptedTransport(latency_s=1.0)
+    settings = DispatchSettings(max_in_flight=16, deadline_s=5.0, lanes=LANES)
+    started = time.monotonic()
+    await dispatch(transport, items(16), settings, limits={})
+    # Then the ramp doubled each stall (0.05 s here) instead of waiting for answers: the 16
+    # calls were all out at once and the dispatch took one answer's time, not five
+    assert transport.max_concurrent == 16
+    assert time.monotonic() - started < 2.0
 
 
 async def test_disabled_adaptive_keeps_max_in_flight() -> None:

@@ -68,6 +68,13 @@ FAST_PERCENTILE = 0.25
 _SPREAD_SMOOTHING = 0.2
 # One window's cut is at most this: a spike is not a reason to drop to the floor.
 MAX_CUT = 0.5
+# A ramp's round is judged once it holds this many good answers: its fast latency is then the
+# second fastest of eight, which a few slow messages do not move.
+RAMP_SAMPLES = 8
+# While it ramps up, a limit whose calls have all gone this long without an answer doubles
+# anyway: a consumer that is slow at one call (or whose calls get parked) says nothing about
+# load, and the ramp must not bring head-of-line blocking back while it waits for a first answer.
+RAMP_STALL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +83,11 @@ class Limit:
     fractional; ``current`` is what the window uses. ``samples`` are the good answers' latencies
     of the sample window begun at ``window_at``; ``fast_s`` is the last window's fast latency,
     ``baseline_s`` the lowest one seen (or the consumer's own latency at the floor, once it got
-    slower for good)."""
+    slower for good).
+
+    While ``ramping``, the limit starts low and grows by one per answer (it doubles each round
+    trip); ``samples`` are then the current round's, begun at a limit of ``round_from``, and
+    ``moved_at`` is the last answer or change (how long the ramp has stalled)."""
 
     limit: float
     low: int
@@ -91,26 +102,34 @@ class Limit:
     smoothed_s: float | None = None
     last_cut_at: float | None = None
     retry_share: float = 0.0
+    ramping: bool = False
+    round_from: float = 0.0
+    moved_at: float | None = None
 
     @property
     def current(self) -> int:
         return max(self.low, min(self.high, math.floor(min(self.limit, self.cap))))
 
 
-def initial_limit(max_in_flight: int, settings: AdaptiveSettings) -> Limit:
-    """Start at the top: the limit only needs to come down when the consumer says so."""
+def initial_limit(max_in_flight: int, settings: AdaptiveSettings, *, ramp: bool = False) -> Limit:
+    """Without ``ramp``, start at the top (a dispatch that keeps no limit: tools, tests). With
+    it, start at the floor and ramp up, so that the baseline is measured below the consumer's
+    knee: the answers of a window that starts at the top are already slow."""
     low = min(settings.min_in_flight, max_in_flight)
-    return Limit(float(max_in_flight), low, max_in_flight)
+    if not (ramp and settings.enabled and low < max_in_flight):
+        return Limit(float(max_in_flight), low, max_in_flight)
+    return Limit(float(low), low, max_in_flight, ramping=True, round_from=float(low))
 
 
 def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings) -> Limit:
-    """A state kept from an earlier batch (``None``: none), under this batch's bounds (the
-    route's limits, its task count or its parked calls may have changed since). The latency's
-    limit goes on; the overload cuts' cap starts afresh with each batch, as it always did, and so
-    does the sample window (its first answers, from a consumer the last batch left idle, are the
-    ones that show its unloaded latency)."""
-    if state is None or not settings.enabled:
-        return initial_limit(max_in_flight, settings)
+    """A state kept from an earlier batch (``None``: none, so a fresh limit that ramps up),
+    under this batch's bounds (the route's limits, its task count or its parked calls may have
+    changed since). The latency's limit goes on (a ramp that has no baseline yet starts again
+    from the floor); the overload cuts' cap starts afresh with each batch, as it always did, and
+    so does the sample window (its first answers, from a consumer the last batch left idle, are
+    the ones that show its unloaded latency)."""
+    if state is None or not settings.enabled or (state.ramping and state.baseline_s is None):
+        return initial_limit(max_in_flight, settings, ramp=True)
     low = min(settings.min_in_flight, max_in_flight)
     limit = max(float(low), min(float(max_in_flight), state.limit))
     return replace(
@@ -123,6 +142,9 @@ def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings)
         samples=(),
         window_at=None,
         skip_until=-math.inf,
+        ramping=state.ramping,
+        round_from=limit,
+        moved_at=None,
     )
 
 
@@ -161,12 +183,76 @@ def after_window(
     return replace(state, limit=limit, baseline_s=baseline, fast_s=fast_s)
 
 
+def after_round(
+    state: Limit, samples: tuple[float, ...], now: float, settings: AdaptiveSettings
+) -> Limit:
+    """Pure: a ramp after a round of good answers that took ``samples``. When its fast latency
+    is under the target the ramp goes on (a new round from the limit it reached); above it, the
+    ramp ends: the limit is the round's starting one, cut as a window's would be, and the next
+    sample window skips the answers of calls sent under the ramp (as slow as its slowest)."""
+    fast_s = percentile(samples, FAST_PERCENTILE)
+    spread_s = percentile(samples, 0.75) - fast_s
+    state = replace(state, samples=())
+    if state.baseline_s is None or fast_s < state.baseline_s:
+        # The consumer's noise is measured with its baseline: a later round's spread may be
+        # widened by the load the ramp is looking for.
+        state = replace(state, baseline_s=fast_s, spread_s=spread_s)
+    baseline = state.baseline_s
+    assert baseline is not None
+    target = target_s(state, baseline, settings)
+    if fast_s <= target:
+        # A round begun at the top ends the ramp: the baseline is measured.
+        return replace(
+            state, fast_s=fast_s, round_from=state.limit, ramping=state.round_from < state.high
+        )
+    limit = max(float(state.low), state.round_from * max(MAX_CUT, target / fast_s))
+    return replace(
+        state,
+        limit=min(state.limit, limit),
+        baseline_s=baseline,
+        fast_s=fast_s,
+        ramping=False,
+        window_at=None,
+        skip_until=now + max(samples),
+    )
+
+
+def ramp_if_stalled(state: Limit, now: float) -> tuple[Limit, float | None]:
+    """Pure: a ramping limit that has had no answer for ``RAMP_STALL_S`` doubles (and the
+    clock starts again); with the seconds until it would next, or ``None`` when it does not
+    ramp (any more, or at all)."""
+    if not state.ramping or state.limit >= state.high:
+        return state, None
+    if state.moved_at is None:
+        return replace(state, moved_at=now), RAMP_STALL_S
+    due = state.moved_at + RAMP_STALL_S
+    if now < due:
+        return state, due - now
+    return replace(state, limit=min(float(state.high), state.limit * 2), moved_at=now), RAMP_STALL_S
+
+
+def _ramp(
+    state: Limit, kind: OutcomeKind, latency_s: float, now: float, settings: AdaptiveSettings
+) -> Limit:
+    """One answer (not an overload) while the limit ramps: one more call (the limit doubles
+    each round trip) and, for a good answer, a sample of the round."""
+    state = replace(state, limit=min(float(state.high), state.limit + 1))
+    if kind is OutcomeKind.RETRY:
+        return state
+    samples = (*state.samples, latency_s)
+    state = replace(state, samples=samples)
+    if len(samples) < RAMP_SAMPLES:
+        return state
+    return after_round(state, samples, now, settings)
+
+
 def update(
     state: Limit, kind: OutcomeKind, latency_s: float, now: float, settings: AdaptiveSettings
 ) -> Limit:
     """The limit after one answer of ``kind`` that took ``latency_s``, received at ``now``."""
     if not settings.enabled or kind is OutcomeKind.GONE:
         return state
+    state = replace(state, moved_at=now)
     latency_s = max(0.0, latency_s)
     smoothed = (
         latency_s
@@ -181,10 +267,14 @@ def update(
         if state.last_cut_at is not None and now - state.last_cut_at < smoothed:
             return state
         cut = max(float(state.low), min(state.limit, state.cap) * settings.backoff_ratio)
-        # A cut starts a new sample window: the old one measured another limit.
-        return replace(state, cap=cut, last_cut_at=now, samples=(), window_at=None)
+        # A cut starts a new sample window (or round): the old one measured another limit.
+        return replace(
+            state, cap=cut, last_cut_at=now, samples=(), window_at=None, round_from=state.limit
+        )
     if not is_retry and state.cap < state.high:
         state = replace(state, cap=state.cap + settings.increase)
+    if state.ramping:
+        return _ramp(state, kind, latency_s, now, settings)
     if is_retry or now < state.skip_until:
         # A RETRY says nothing about speed; answers just after a window are of calls sent
         # under the limit before it.

@@ -141,8 +141,16 @@ class _Window:
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
         self._limits = limits
-        kept = None if limits is None else limits.get(settings.lane)
-        self._limit = adaptive.rebound(kept, settings.max_in_flight, settings.adaptive)
+        # A dispatch that keeps no limit starts at the top; a kept one goes on, a fresh one ramps.
+        self._limit = (
+            adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
+            if limits is None
+            else adaptive.rebound(
+                limits.get(settings.lane), settings.max_in_flight, settings.adaptive
+            )
+        )
+        # When a stalled ramp may grow next (``adaptive.ramp_if_stalled``).
+        self._ramp_in: float | None = None
         self._bucket = (
             TokenBucket(settings.rate_limit, settings.rate_burst) if settings.rate_limit else None
         )
@@ -207,7 +215,9 @@ class _Window:
         """True when a send may start now (taking a rate-limit token unless ``take`` is off);
         else what ``_launch`` should return."""
         if len(self._in_flight) >= self._limit.current:
-            return None
+            self._keep_limit(adaptive.ramp_if_stalled(self._limit, time.monotonic()))
+            if len(self._in_flight) >= self._limit.current:
+                return self._ramp_in
         if self._breaker.state is not BreakerState.CLOSED:
             self._wait_for_breaker()
             return None
@@ -261,6 +271,13 @@ class _Window:
 
         task.add_done_callback(answered)
         self._running[index] = (task, answered, time.monotonic(), self._now_ms())
+
+    def _keep_limit(self, limit: tuple[adaptive.Limit, float | None]) -> None:
+        """The adaptive limit now (and when a stalled ramp may grow next), kept for the next
+        dispatch of this endpoint and lane."""
+        self._limit, self._ramp_in = limit
+        if self._limits is not None:
+            self._limits[self._settings.lane] = self._limit
 
     def _park_in(self) -> float | None:
         """Seconds until every call still out may be parked; ``None`` while anything else is
@@ -372,11 +389,14 @@ class _Window:
     def _on_answer(self, index: int, outcome: Outcome, latency_s: float) -> None:
         delivery = self._work[index].delivery
         self._breaker.record(outcome.kind)
-        self._limit = adaptive.update(
-            self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
+        self._keep_limit(
+            (
+                adaptive.update(
+                    self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
+                ),
+                None,
+            )
         )
-        if self._limits is not None:
-            self._limits[self._settings.lane] = self._limit
         self._stats.answered(outcome.kind, latency_s)
         self._last_answer_at = time.monotonic()
         served = outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer
