@@ -5,9 +5,11 @@ The consumer is a webhook in this test that counts its own open calls and answer
 queueing system: 20 ms while it holds at most 8 calls (its knee), 10 ms more for every call
 above. Its count is sampled every 10 ms. What is measured is what the consumer feels from one
 task per batch (one partition) over five micro-batches: the limit of the task's window, kept
-by its Python worker from one batch to the next (a worker that runs the route for the first time
-starts at the top). Several tasks at once each steer with a baseline of their own and hold a
-consumer further above its knee: docs/dispatch.md, "Adaptive concurrency".
+by its Python worker from one batch to the next. A worker that runs the route for the first time
+ramps up from min_in_flight and takes its baseline from the first answers, before it loads the
+consumer (a window that started at the top measured an already loaded consumer and held 63 of
+64 calls). Several tasks at once each steer with a baseline of their own: docs/dispatch.md,
+"Adaptive concurrency".
 """
 
 from __future__ import annotations
@@ -137,8 +139,9 @@ def test_the_limit_settles_near_the_consumers_knee(
         f" max_in_flight {MAX_IN_FLIGHT}); {len(settled)} samples over"
         f" {busy[-1][0] - first:.1f} s"
     )
-    # The demand was there: the window starts at the top, and the backlog filled it
-    assert opening > 3 * (KNEE + 2)
+    # The demand was there (600 records a batch), and the ramp went past the knee in the first
+    # second: the route was not slow to start
+    assert opening > KNEE
     # And the limit brought the consumer back near its knee and held it there, batch after batch
     assert KNEE - 2 <= median <= 2 * KNEE
     assert p90 <= 3 * (KNEE + 2)
