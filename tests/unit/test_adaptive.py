@@ -61,8 +61,12 @@ def run_consumer(
         for i in range(sending):
             took, kind = consumer(len(out) + (sending - i if burst else 1), rnd, now)
             heapq.heappush(out, (now + took, took, kind))
-        if not out:
-            break
+        state, ramp_in = ramp_if_stalled(state, now)
+        if len(out) < state.current:
+            continue
+        if ramp_in is not None and now + ramp_in < out[0][0]:
+            now += ramp_in
+            continue
         now, took, kind = heapq.heappop(out)
         state = update(state, kind, took, now, adaptive)
         trace.append((now, state.current))
@@ -139,25 +143,31 @@ def test_the_ramp_grows_on_retries_too() -> None:
     assert state.current == 42
 
 
-def test_a_ramp_with_no_answer_doubles_by_time_and_an_answer_restarts_its_clock() -> None:
+def test_a_ramp_doubles_at_least_every_stall_time() -> None:
     # A consumer that holds every call for 20 s: the ramp must not wait 20 s per doubling (its
     # calls would block the batch's other records, head-of-line, until the first answers)
     state = initial_limit(16, ON, ramp=True)
     state, due = ramp_if_stalled(state, now=0.0)
     assert (state.current, due) == (2, RAMP_STALL_S)
-    state, due = ramp_if_stalled(state, now=0.5)
-    assert state.current == 2 and due == pytest.approx(RAMP_STALL_S - 0.5)
+    state, due = ramp_if_stalled(state, now=0.5 * RAMP_STALL_S)
+    assert state.current == 2 and due == pytest.approx(RAMP_STALL_S / 2)
     sizes = []
     for i in range(1, 5):
         state, _ = ramp_if_stalled(state, now=i * RAMP_STALL_S)
         sizes.append(state.current)
     assert sizes == [4, 8, 16, 16]  # never above max_in_flight
-    # An answer is movement: the clock starts again from it
+    # Answers that trickle in do not hold it back: it doubles from its last doubling
     state = initial_limit(16, ON, ramp=True)
     state, _ = ramp_if_stalled(state, now=0.0)
-    state = update(state, ACK, 0.9, 0.9, ON)
-    state, due = ramp_if_stalled(state, now=1.5)
-    assert state.current == 3 and due == pytest.approx(0.4)
+    state = update(state, ACK, 0.5, now=0.5 * RAMP_STALL_S, settings=ON)
+    assert state.current == 3
+    state, _ = ramp_if_stalled(state, now=RAMP_STALL_S)
+    assert state.current == 4
+    # And answers that doubled it are its last doubling
+    for _ in range(4):
+        state = update(state, ACK, 0.01, now=1.2 * RAMP_STALL_S, settings=ON)
+    state, due = ramp_if_stalled(state, now=2.1 * RAMP_STALL_S)
+    assert state.current == 8 and due == pytest.approx(0.1 * RAMP_STALL_S)
 
 
 def test_a_limit_that_does_not_ramp_never_grows_by_time() -> None:

@@ -71,10 +71,10 @@ MAX_CUT = 0.5
 # A ramp's round is judged once it holds this many good answers: its fast latency is then the
 # second fastest of eight, which a few slow messages do not move.
 RAMP_SAMPLES = 8
-# While it ramps up, a limit whose calls have all gone this long without an answer doubles
-# anyway: a consumer that is slow at one call (or whose calls get parked) says nothing about
-# load, and the ramp must not bring head-of-line blocking back while it waits for a first answer.
-RAMP_STALL_S = 1.0
+# While it ramps up, a full window doubles at least this often, answers or not: a slow consumer
+# (or one whose calls get parked) must not hold a batch's records back, head-of-line, for as many
+# of its latencies as the ramp has doublings.
+RAMP_STALL_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +86,8 @@ class Limit:
     slower for good).
 
     While ``ramping``, the limit starts low and grows by one per answer (it doubles each round
-    trip); ``samples`` are then the current round's, begun at a limit of ``round_from``, and
-    ``moved_at`` is the last answer or change (how long the ramp has stalled)."""
+    trip), and at least doubles every ``RAMP_STALL_S`` from ``(mark_at, mark)``, its last
+    doubling; ``samples`` are then the current round's, begun at a limit of ``round_from``."""
 
     limit: float
     low: int
@@ -104,7 +104,8 @@ class Limit:
     retry_share: float = 0.0
     ramping: bool = False
     round_from: float = 0.0
-    moved_at: float | None = None
+    mark_at: float | None = None
+    mark: float = 0.0
 
     @property
     def current(self) -> int:
@@ -144,7 +145,7 @@ def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings)
         skip_until=-math.inf,
         ramping=state.ramping,
         round_from=limit,
-        moved_at=None,
+        mark_at=None,
     )
 
 
@@ -218,17 +219,18 @@ def after_round(
 
 
 def ramp_if_stalled(state: Limit, now: float) -> tuple[Limit, float | None]:
-    """Pure: a ramping limit that has had no answer for ``RAMP_STALL_S`` doubles (and the
-    clock starts again); with the seconds until it would next, or ``None`` when it does not
-    ramp (any more, or at all)."""
+    """Pure: a ramping limit (whose window is full) that has not doubled for ``RAMP_STALL_S``
+    doubles now (from where it was then); with the seconds until it would next, or ``None``
+    when it does not ramp (any more, or at all)."""
     if not state.ramping or state.limit >= state.high:
         return state, None
-    if state.moved_at is None:
-        return replace(state, moved_at=now), RAMP_STALL_S
-    due = state.moved_at + RAMP_STALL_S
+    if state.mark_at is None:
+        return replace(state, mark_at=now, mark=state.limit), RAMP_STALL_S
+    due = state.mark_at + RAMP_STALL_S
     if now < due:
         return state, due - now
-    return replace(state, limit=min(float(state.high), state.limit * 2), moved_at=now), RAMP_STALL_S
+    limit = min(float(state.high), max(state.limit, 2 * state.mark))
+    return replace(state, limit=limit, mark_at=now, mark=limit), RAMP_STALL_S
 
 
 def _ramp(
@@ -237,6 +239,8 @@ def _ramp(
     """One answer (not an overload) while the limit ramps: one more call (the limit doubles
     each round trip) and, for a good answer, a sample of the round."""
     state = replace(state, limit=min(float(state.high), state.limit + 1))
+    if state.mark_at is not None and state.limit >= 2 * state.mark:
+        state = replace(state, mark_at=now, mark=state.limit)  # the answers doubled it
     if kind is OutcomeKind.RETRY:
         return state
     samples = (*state.samples, latency_s)
@@ -252,7 +256,6 @@ def update(
     """The limit after one answer of ``kind`` that took ``latency_s``, received at ``now``."""
     if not settings.enabled or kind is OutcomeKind.GONE:
         return state
-    state = replace(state, moved_at=now)
     latency_s = max(0.0, latency_s)
     smoothed = (
         latency_s
