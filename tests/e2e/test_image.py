@@ -324,3 +324,7 @@ def test_the_image_is_what_the_deployments_expect(image: str) -> None:
     # And its jars are in the image, complete and checked against the lock
     jars = podman("run", "--rm", "--network", "none", image, "jars", "fetch").strip()
     assert jars == "/opt/siding/jars"
+    # And so is the driver JVM's class-data archive for its own Java and pyspark (`siding jars
+    # archive` finds it there: no Spark run, only its path)
+    archive = podman("run", "--rm", "--network", "none", image, "jars", "archive").strip()
+    assert archive.startswith("/opt/siding/jvm-archive/") and archive.endswith(".jsa")

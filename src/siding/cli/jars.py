@@ -67,3 +67,23 @@ def fetch(source: Path | None, config: Path | None) -> None:
 def path(config: Path | None) -> None:
     """Print the jars folder (whether or not the jars are there yet)."""
     click.echo(str(_folder(config)))
+
+
+@jars.command("archive")
+@click.option("--force", is_flag=True, help="Make it again even if it is there.")
+def archive(force: bool) -> None:
+    """Make the driver JVM's class-data archive for this Java and pyspark (Spark's classes
+    parsed once, mapped at every later start: a start takes about 40 % less), and print its
+    path; nothing to do when it is there. Every Spark start of `siding run` and the other
+    commands uses it once it is there. The folder: $SIDING_JVM_ARCHIVE_DIR, else a per-user
+    cache ($XDG_CACHE_HOME/siding/jvm-archive)."""
+    from siding import jvmarchive
+    from siding.errors import SetupError
+    from siding.pipeline.driver.archive import make
+
+    target = jvmarchive.archive_path()
+    if target is None:
+        raise SetupError(
+            "no Java runtime found (JAVA_HOME or java on PATH): install a Java 17+ runtime"
+        )
+    click.echo(str(target if target.is_file() and not force else make(target)))

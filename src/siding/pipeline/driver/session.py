@@ -7,10 +7,11 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from siding import jvmarchive
 from siding.config import RouteConfig
 from siding.jvm import java_options, spark_jars
 
@@ -55,19 +56,22 @@ def session_conf(
     extra: Mapping[str, str] | None = None,
     jars_dir: str | None = None,
     s3a: bool = False,
+    driver_options: Sequence[str] = (),
 ) -> dict[str, str]:
     """The Spark settings siding runs with; ``extra`` (from ``[spark].conf``) wins.
     ``jars_dir``: ``[spark] jars_dir`` (see ``siding.jvm.jars_dir``); ``s3a``: the checkpoint
-    is on ``s3a://`` (hadoop-aws and the AWS SDK modules join the jars)."""
+    is on ``s3a://`` (hadoop-aws and the AWS SDK modules join the jars); ``driver_options``:
+    JVM options of the driver alone (its class-data archive, ``siding.jvmarchive``)."""
     local = master.startswith("local")
-    java_opts = shlex.join([f"-Dlog4j2.configurationFile=file:{_LOG4J2}", *java_options()])
+    options = [f"-Dlog4j2.configurationFile=file:{_LOG4J2}", *java_options()]
+    java_opts = shlex.join(options)
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(spark_jars(jars_dir, s3a=s3a)),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": shlex.join([*options, *driver_options]),
         "spark.executor.extraJavaOptions": java_opts,
         # Python workers keep their connections (gRPC channels, HTTP pools) between batches.
         "spark.python.worker.reuse": "true",
@@ -105,14 +109,28 @@ def build_session(
     extra: Mapping[str, str] | None = None,
     jars_dir: str | None = None,
     s3a: bool = False,
+    driver_options: Sequence[str] | None = None,
 ) -> SparkSession:
-    """Create (or return the running) SparkSession with siding's settings."""
+    """Create (or return the running) SparkSession with siding's settings. ``driver_options``:
+    the driver JVM's own options; by default, the class-data archive when one was made
+    (``siding jars archive``)."""
     # Workers must run the same interpreter (the one that has siding installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    conf = session_conf(master, app_name=app_name, ui=ui, extra=extra, jars_dir=jars_dir, s3a=s3a)
+    if driver_options is None:
+        archive = jvmarchive.existing()
+        driver_options = jvmarchive.use_options(archive) if archive is not None else []
+    conf = session_conf(
+        master,
+        app_name=app_name,
+        ui=ui,
+        extra=extra,
+        jars_dir=jars_dir,
+        s3a=s3a,
+        driver_options=driver_options,
+    )
     callers = _callers_sigint()
     _start_jvm_apart(conf)
     builder = SparkSession.builder
