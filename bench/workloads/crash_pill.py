@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from bench.workloads.context import BenchContext, scaled
 from bench.workloads.measure import first_receipts, rounded_percentile
 from bench.workloads.traffic import start_producer, traffic_ids
-from siding.devkit.sim_consumer import Behaviour, SimConsumerProcess, SimSettings, read_records
+from siding.devkit.sim_consumer import (
+    Behaviour,
+    Received,
+    SimConsumerProcess,
+    SimSettings,
+    read_records,
+)
 from siding.devkit.sim_produce import new_producer, produce
 from siding.devkit.supervisor import Supervisor
 from siding.devkit.wait import wait_until
@@ -52,6 +59,7 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
             run.wait_committed({0: count + 1}, timeout_s=300)
             letters = run.dead_letters()
         deaths = list(supervisor.exits)
+        restarts = list(supervisor.restarts)
     received = read_records(record)
     times = Counter(r.delivery_id for r in received)
     innocent = traffic_ids(topic, count) - {pill_id}
@@ -82,6 +90,45 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
         "during_isolation_messages": len(during),
         "during_isolation_p50_ms": rounded_percentile(during, 50),
         "during_isolation_p99_ms": rounded_percentile(during, 99),
+        "timeline": timeline(deaths, restarts, convicted_at, firsts.values()),
+    }
+
+
+def timeline(
+    deaths: list[tuple[float, int]],
+    restarts: list[float],
+    convicted_at: float | None,
+    firsts: Iterable[Received],
+) -> dict[str, Any] | None:
+    """Pure: where the time went, in seconds from the first death: each death, each restart
+    serving again, the conviction, and per second of production from the first death to the
+    conviction (and 5 s after) the innocents produced then: how many, their median and largest
+    latency, and the latest second any of them reached the consumer."""
+    if not deaths:
+        return None
+    began = deaths[0][0]
+    end = (convicted_at if convicted_at is not None else deaths[-1][0]) + 5
+    by_second: dict[int, list[Received]] = {}
+    for r in firsts:
+        if r.produced_s is not None and began <= r.produced_s <= end:
+            by_second.setdefault(int(r.produced_s - began), []).append(r)
+    seconds = []
+    for second, got in sorted(by_second.items()):
+        lat = [(r.received_s - r.produced_s) * 1000 for r in got if r.produced_s is not None]
+        seconds.append(
+            {
+                "produced_s": second,
+                "n": len(got),
+                "p50_ms": rounded_percentile(lat, 50),
+                "max_ms": round(max(lat)),
+                "last_received_s": round(max(r.received_s for r in got) - began, 2),
+            }
+        )
+    return {
+        "deaths_s": [round(at - began, 2) for at, _ in deaths],
+        "restarts_s": [round(at - began, 2) for at in restarts],
+        "convicted_s": round(convicted_at - began, 2) if convicted_at is not None else None,
+        "per_second": seconds,
     }
 
 

@@ -62,11 +62,13 @@ class Stop:
 class Parked:
     """The record's call was still running when its batch ended (docs/parking.md): it waits in
     the park topic under ``token`` until ``not_before_ms``. A suspect handed over to the park
-    lane has ``deaths`` (docs/dispatch.md, "Suspects")."""
+    lane has ``deaths``, ``lone`` of them with no other suspect out (docs/dispatch.md,
+    "Suspects")."""
 
     token: str
     not_before_ms: int
     deaths: int = 0
+    lone: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from siding.dispatch.breaker import (
     transition,
 )
 from siding.errors import ConfigError
-from siding.model import OutcomeKind
+from siding.model import Outcome, OutcomeKind
+from siding.transport.outcomes import lost, not_there, outcome_from_connection_error
 
 SETTINGS = BreakerSettings(failure_threshold=3, open_for_s=2.0, max_open_for_s=10.0)
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
@@ -106,6 +107,7 @@ def test_reopening_after_a_close_starts_from_open_for_s_again() -> None:
 
 events = st.one_of(
     st.sampled_from(list(OutcomeKind)).map(Answered),
+    st.just(Answered(OutcomeKind.BACKOFF, down=True)),
     st.just(Tick()),
     st.booleans().map(Probed),
     st.just(Tripped()),
@@ -122,6 +124,7 @@ def test_invariants_hold_for_any_event_sequence(steps: list[tuple[float, Breaker
         status = transition(status, event, now, SETTINGS)
         if status.state is CLOSED:
             assert 0 <= status.failures < SETTINGS.failure_threshold
+            assert status.failures or not status.down
         else:
             assert status.failures == 0
             if status.death:  # a death keeps its pace, however many probes fail
@@ -192,3 +195,52 @@ def test_an_overload_still_backs_off() -> None:
 def test_the_death_pace_is_never_longer_than_open_for() -> None:
     short = BreakerSettings(open_for_s=0.5, max_open_for_s=10.0)
     assert transition(BreakerStatus(), Tripped(), 0.0, short).open_for_s == 0.5
+
+
+DOWN = Answered(OutcomeKind.BACKOFF, down=True)  # a lost call, a refused connection
+
+
+def test_failures_that_say_the_consumer_is_not_there_open_it_at_the_death_pace() -> None:
+    # The crash pill (issue 27, stop 36): the pill, sent alone by the park lane's worker, kills
+    # the consumer; the main lane's worker learns it from its lost calls or refused connections.
+    # Its breaker opened on those BACKOFFs for open_for (5 s by default) while the consumer was
+    # back in 3.1-3.5 s: every death held the main line 1.5-1.9 s longer than the restart.
+    status = run([(0.0, DOWN), (0.0, BACKOFF), (0.1, BACKOFF)])
+    assert status == BreakerStatus(OPEN, 0, 1.0, 1.1, death=True)
+    # and its failed probes keep that pace
+    status = transition(transition(status, Tick(), 1.1, SETTINGS), Probed(ok=False), 1.5, SETTINGS)
+    assert (status.open_for_s, status.death) == (1.0, True)
+
+
+def test_a_not_there_is_forgotten_once_the_consumer_answers() -> None:
+    status = run([(0.0, DOWN), (0.1, Answered(OutcomeKind.ACK)), (0.2, BACKOFF), (0.3, BACKOFF)])
+    assert status == BreakerStatus(CLOSED, failures=2)
+    status = transition(status, BACKOFF, 0.4, SETTINGS)
+    assert (status.open_for_s, status.death) == (2.0, False)  # an overload: open_for, doubling
+
+
+def test_one_not_there_alone_does_not_open_it() -> None:
+    # a single broken connection is not an outage: the threshold still counts
+    assert run([(0.0, DOWN)]) == BreakerStatus(CLOSED, failures=1, down=True)
+
+
+def test_not_there_is_a_lost_call_or_a_refused_connection_never_a_slow_down() -> None:
+    assert not_there(lost("stream broke: grpc UNAVAILABLE: Socket closed"))
+    assert not_there(outcome_from_connection_error(ConnectionRefusedError("refused")))
+    assert not not_there(Outcome(OutcomeKind.BACKOFF, "http 503"))
+    assert not not_there(Outcome(OutcomeKind.BACKOFF, "grpc RESOURCE_EXHAUSTED"))
+    assert not not_there(Outcome(OutcomeKind.RETRY, "deadline of 1s exceeded", no_answer=True))
+
+
+def test_after_a_death_a_probe_that_waited_its_whole_timeout_is_followed_at_once() -> None:
+    # A gRPC probe waits for the channel up to 2 s. Reopening for 1 s after it left the consumer
+    # unprobed for a second after it came back (stop 36's runs: the main lane's worker closed
+    # 1-2 s after the consumer's restart); probes now start at a steady pace from each other.
+    status = run([(0.0, Tripped())])  # open until 1.0
+    status = transition(status, Tick(), 1.0, SETTINGS)
+    waited = transition(status, Probed(ok=False), 3.0, SETTINGS)  # waited 2 s, failed
+    assert (waited.state, waited.open_until, waited.death) == (OPEN, 3.0, True)
+    assert transition(waited, Tick(), 3.0, SETTINGS).state is HALF_OPEN
+    # and a probe that fails at once waits for the rest of the pace
+    status = transition(transition(waited, Tick(), 3.0, SETTINGS), Probed(ok=False), 3.1, SETTINGS)
+    assert (status.open_until, status.open_for_s) == (4.0, 1.0)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch
+from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch, window
 from siding.dispatch.parking import ParkSettings
 from siding.dispatch.suspects import Suspects
 from siding.model import Delivery, Lane, Ordering, delivery_id
@@ -268,3 +268,103 @@ async def test_a_suspect_that_killed_the_consumer_alone_lets_it_serve_before_goi
     lone_gaps = [b - a for a, b in itertools.pairwise(times[1:])]
     assert all(gap >= 0.3 for gap in lone_gaps), lone_gaps
     assert report.stats.convicted == 1
+
+
+# --- the park lane hands back a pill waiting for its next turn (issue 27, stop 36) --------------
+
+
+def test_a_pill_waiting_for_its_turn_is_handed_back_with_its_lone_deaths() -> None:
+    s = Suspects(crash_limit=3)
+    s.seed(1, deaths=1, served=10)  # died in a crowd in the main lane
+    s.wait(1, 0)
+    assert take(s) == 1
+    assert s.died(1, served=12) is None  # alone: the consumer had answered others since
+    s.wait(1, 5_000)  # its next turn, once the consumer is back and has served a while
+    # Then it may go back to the park topic, due at that turn, carrying its lone death
+    assert s.to_hand_back(now_ms=3_000, served=12, min_wait_ms=1_000) == {1: 5_000}
+    assert s.carried_lone(1, served=12) == 1
+    # but not when its turn is close, or while another suspect is out or waiting its turn
+    assert s.to_hand_back(now_ms=4_500, served=12, min_wait_ms=1_000) is None
+    s.seed(2, deaths=1, served=12)
+    s.wait(2, 0)
+    assert s.to_hand_back(now_ms=3_000, served=12, min_wait_ms=1_000) is None
+    assert take(s) == 2
+    assert s.to_hand_back(now_ms=3_000, served=12, min_wait_ms=1_000) is None
+    s.answered(2)
+    assert s.to_hand_back(now_ms=3_000, served=13, min_wait_ms=1_000) == {1: 5_000}
+
+
+def test_lone_deaths_with_no_answer_since_are_not_carried() -> None:
+    # Nobody was answered since its first death: the endpoint may be down for everyone (a
+    # crash-looping deploy); the count starts over elsewhere, and the batch keeps it
+    s = Suspects(crash_limit=3)
+    s.seed(1, deaths=1, served=4)
+    s.wait(1, 0)
+    assert take(s) == 1
+    assert s.died(1, served=4) is None
+    s.wait(1, 5_000)
+    assert s.carried_lone(1, served=4) == 0
+    assert s.to_hand_back(now_ms=0, served=4, min_wait_ms=1_000) is None
+
+
+def test_carried_lone_deaths_count_towards_the_conviction_with_their_evidence() -> None:
+    s = Suspects(crash_limit=3)
+    s.seed(1, deaths=3, served=7, lone=2)
+    assert s.lone(1) == 2
+    s.wait(1, 0)
+    assert take(s) == 1
+    # the third lone death convicts, though this dispatch has seen no answer yet
+    conviction = s.died(1, served=7)
+    assert conviction is not None and (conviction.deaths, conviction.lone) == (4, 3)
+
+
+async def test_the_park_lane_ends_its_batch_while_the_pill_waits_and_convicts_it_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a park-lane slice: a pill and 30 innocents that died with it in the main lane
+    monkeypatch.setattr(window, "HAND_BACK_MIN_S", 0.1)
+    work = [Work(w.delivery, deaths=1) for w in items(31)]
+    pill = work[30].delivery.id
+    consumer = CrashingTransport(lambda d: d.id == pill, restart_s=0.05)
+    settings = replace(SETTINGS, hand_back=True, recovery_s=0.3, crash_limit=3)
+    # When the park lane delivers it, batch after batch (what is handed back comes again)
+    batches, convicted = 0, None
+    while convicted is None:
+        batches += 1
+        assert batches <= 10
+        report = await asyncio.wait_for(dispatch(consumer, work, settings), 10)
+        if batches == 1:
+            # Then the first batch ends with the innocents done and the pill handed back
+            # after its first lone death, due once the consumer has served a while
+            innocents = [s for s in report.settled if s.work.delivery.id != pill]
+            assert all(isinstance(s.step, Done) for s in innocents)
+            assert consumer.deaths == 1
+        (only,) = [s for s in report.settled if s.work.delivery.id == pill]
+        if isinstance(only.step, ToDlq):
+            convicted = only.step
+            break
+        step = only.step
+        assert isinstance(step, Parked) and step.lone >= 1 and step.deaths == consumer.deaths + 1
+        assert report.stats.handed_over == 1
+        await asyncio.sleep(max(0.0, step.not_before_ms / 1000 - time.time()))
+        work = [Work(only.work.delivery, deaths=step.deaths, lone=step.lone)]
+    # And the pill is convicted after crash_limit + 1 deaths (one in the crowd, three alone),
+    # over several batches instead of one that held the park lane for the whole conviction
+    assert "the consumer died 4 times" in convicted.reason and "3 of them" in convicted.reason
+    assert consumer.deaths == 3 and batches == 3
+
+
+async def test_a_death_with_calls_out_opens_the_breaker_at_the_death_pace() -> None:
+    # Given a consumer that dies once with many calls out, none of them a suspect yet (the main
+    # lane's worker when another worker's pill kills the consumer), and an open_for of 5 s
+    consumer = CrashingTransport(dies_once_on(20), latency_s=0.05, restart_s=0.2)
+    breaker = replace(FAST_BREAKER, open_for_s=5.0, max_open_for_s=10.0, death_probe_s=0.1)
+    settings = replace(SETTINGS, max_in_flight=50, breaker=breaker)
+    started = time.monotonic()
+    report = await asyncio.wait_for(dispatch(consumer, items(40), settings), 10)
+    # Then its breaker opened for the death's pace, not open_for, and the slice was done long
+    # before open_for would have let it go on
+    opened = [t for t in report.stats.breaker_transitions if t.after.value == "open"]
+    assert opened and all(t.death and t.open_for_s == 0.1 for t in opened)
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert time.monotonic() - started < 4.0

@@ -19,6 +19,7 @@ class Supervisor:
         self.consumer = consumer
         self.restart_s = restart_s
         self.exits: list[tuple[float, int]] = []  # (epoch s, exit code) of each exit
+        self.restarts: list[float] = []  # epoch s at which each restart was serving again
         self.errors: list[BaseException] = []
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="siding-supervisor", daemon=True)
@@ -44,6 +45,7 @@ class Supervisor:
                 return
             try:
                 self.consumer.start()
+                self.restarts.append(time.time())
             except Exception as error:  # kept for the test to report
                 self.errors.append(error)
                 return

@@ -22,9 +22,11 @@ class BreakerState(enum.Enum):
 class BreakerSettings:
     """``failure_threshold`` consecutive BACKOFF answers open the breaker for ``open_for_s``;
     each failed probe doubles that, up to ``max_open_for_s``. A death (the consumer died with
-    calls out) opens it for ``death_probe_s`` at most, and failed probes after a death keep that
-    pace instead of doubling: a consumer that restarts is back in seconds, and a probe that met it
-    down again (killed anew by a suspect another worker sent) says nothing about an overload."""
+    calls out: a suspect sent alone died), or failures that say the consumer is not there (a
+    call it went away with, a refused connection) rather than "slow down", open it for
+    ``death_probe_s`` at most, and failed probes then keep that pace instead of doubling: a
+    consumer that restarts is back in seconds, and a probe that met it down again (killed anew by
+    a suspect another worker sent) says nothing about an overload."""
 
     failure_threshold: int = 5
     open_for_s: float = 1.0
@@ -48,20 +50,25 @@ class BreakerSettings:
 @dataclass(frozen=True, slots=True)
 class BreakerStatus:
     """The breaker's whole state; ``open_until`` is on the breaker's monotonic clock;
-    ``death``: opened by a death (probes keep a steady pace), not by BACKOFF answers."""
+    ``death``: opened by a death (probes keep a steady pace), not by an overload's BACKOFF
+    answers; ``down``: while CLOSED, one of the ``failures`` counted said the consumer is not
+    there (a lost call, a refused connection)."""
 
     state: BreakerState = BreakerState.CLOSED
     failures: int = 0
     open_for_s: float = 0.0
     open_until: float = 0.0
     death: bool = False
+    down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Answered:
-    """A send came back with this outcome kind."""
+    """A send came back with this outcome kind; ``down``: a BACKOFF that says the consumer is
+    not there (it went away with the call, or refused the connection), not that it is busy."""
 
     kind: OutcomeKind
+    down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +108,16 @@ def transition(
         if not isinstance(event, Answered):
             return status
         if event.kind is not OutcomeKind.BACKOFF:
-            return replace(status, failures=0) if status.failures else status
+            return replace(status, failures=0, down=False) if status.failures else status
         failures = status.failures + 1
+        down = status.down or event.down
         if failures < settings.failure_threshold:
-            return replace(status, failures=failures)
+            return replace(status, failures=failures, down=down)
+        if down:
+            # Not there, rather than overloaded (a crash pill sent by another worker killed it,
+            # a restart): it is expected back in seconds, so the breaker probes at the death's
+            # pace; a gRPC probe waits for the channel, so it sees the consumer once it listens.
+            return _open(min(settings.open_for_s, settings.death_probe_s), now, death=True)
         return _open(settings.open_for_s, now)
     if status.state is BreakerState.OPEN:
         if isinstance(event, Tick) and now >= status.open_until:
@@ -115,7 +128,13 @@ def transition(
         if event.ok:
             return BreakerStatus()
         if status.death:
-            return _open(status.open_for_s, now, death=True)
+            # A steady pace of probe starts: the next one a death's pace after this one began
+            # (HALF_OPEN keeps ``open_until``, when it could begin), at once when this one took
+            # longer. A gRPC probe waits for the channel up to its timeout (2 s): reopening for
+            # the whole pace after that left the consumer unprobed for a second after it came
+            # back (stop 36: the main lane's worker closed 1-2 s after the consumer's restart).
+            until = max(now, status.open_until + status.open_for_s)
+            return BreakerStatus(BreakerState.OPEN, 0, status.open_for_s, until, death=True)
         return _open(min(status.open_for_s * 2, settings.max_open_for_s), now)
     return status
 
@@ -131,6 +150,9 @@ class BreakerTransition:
     after: BreakerState
     # Epoch seconds, for people: the monotonic clock of an executor means nothing elsewhere.
     wall: float = field(default_factory=time.time, compare=False)
+    # Into OPEN: for how long, and whether a death opened it (else BACKOFF answers or a probe).
+    open_for_s: float = field(default=0.0, compare=False)
+    death: bool = field(default=False, compare=False)
 
 
 Listener = Callable[[BreakerTransition], None]
@@ -141,13 +163,15 @@ class CircuitBreaker:
 
     State machine::
 
-        CLOSED    --failure_threshold consecutive BACKOFF answers--> OPEN (open_for = open_for_s)
+        CLOSED    --failure_threshold consecutive BACKOFF answers--> OPEN (open_for = open_for_s;
+                  min(open_for_s, death_probe_s), not doubled, when one said "not there")
         CLOSED    --any other answer--> CLOSED (count reset)
         OPEN      --open_for elapsed--> HALF_OPEN
         HALF_OPEN --probe() true--> CLOSED
         HALF_OPEN --probe() false, raised or timed out--> OPEN (open_for doubled, capped)
         CLOSED    --trip() (a death)--> OPEN (open_for = min(open_for_s, death_probe_s));
-                  its failed probes reopen it for the same time, not doubled
+                  its failed probes reopen it for the same time, not doubled, counted from
+                  when the probe could begin (a probe that waited longer: probe again at once)
 
     Only CLOSED lets sends through. Answers that arrive while OPEN or HALF_OPEN (sends started
     before it opened) are ignored. One caller of ``wait_closed`` probes; the others wait for it.
@@ -187,9 +211,9 @@ class CircuitBreaker:
     def status(self) -> BreakerStatus:
         return self._apply(Tick())
 
-    def record(self, kind: OutcomeKind) -> None:
-        """Feed one send's outcome."""
-        self._apply(Answered(kind))
+    def record(self, kind: OutcomeKind, *, down: bool = False) -> None:
+        """Feed one send's outcome (``down``: it says the consumer is not there)."""
+        self._apply(Answered(kind, down))
 
     def close(self) -> None:
         """Close now, whatever the state: an operator says the endpoint is back."""
@@ -246,7 +270,9 @@ class CircuitBreaker:
         after = transition(before, event, now, self._settings)
         self._status = after
         if after.state is not before.state:
-            change = BreakerTransition(now, before.state, after.state)
+            change = BreakerTransition(
+                now, before.state, after.state, open_for_s=after.open_for_s, death=after.death
+            )
             for listener in tuple(self._listeners):
                 listener(change)
             self._notify()

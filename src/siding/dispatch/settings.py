@@ -36,6 +36,9 @@ class DispatchSettings:
     # processes see the consumer come back at the same moment, and their suspects must not go
     # out together again (an innocent would share a pill's lone deaths).
     suspect_spread_s: float = 2.0
+    # The park lane: suspects that killed the consumer alone go back to the park topic while
+    # they wait for their next turn, instead of holding the batch (docs/dispatch.md).
+    hand_back: bool = False
     # The topics an answer may write outputs to (docs/outputs.md); () for none.
     outputs: tuple[str, ...] = ()
 

@@ -78,11 +78,36 @@ class Suspects:
     def out(self) -> frozenset[int]:
         return frozenset(self._out)
 
-    def seed(self, index: int, deaths: int, served: int) -> None:
-        """A message that arrives already suspected (its earlier call was lost)."""
+    def seed(self, index: int, deaths: int, served: int, lone: int = 0) -> None:
+        """A message that arrives already suspected (its earlier call was lost). ``lone``: its
+        lone deaths carried over from an earlier dispatch (``carried_lone``), which saw the
+        consumer answer others since its first death: that evidence comes with them."""
         if deaths > 0:
-            self._known[index] = _Suspect(deaths, served)
+            mark = served - 1 if lone > 0 else served
+            self._known[index] = _Suspect(deaths, mark, lone=min(lone, deaths))
             self.suspected += 1
+
+    def carried_lone(self, index: int, served: int) -> int:
+        """The lone deaths ``index`` may carry to another dispatch: all of them once the
+        consumer has answered some other message since its first death, else none (with no
+        such answer the endpoint may be down for everyone, and the count starts over)."""
+        suspect = self._known.get(index)
+        if suspect is None or served <= suspect.served_mark:
+            return 0
+        return suspect.lone
+
+    def to_hand_back(self, now_ms: int, served: int, min_wait_ms: int) -> dict[int, int] | None:
+        """The waiting suspects to hand back to the park lane (index -> due epoch ms), or
+        ``None`` to keep them here: each has killed the consumer alone, carries that evidence
+        (``carried_lone``), is not out, and is not due for ``min_wait_ms`` yet. A park-lane
+        batch that waits for a pill's next turn holds every message handed over to the park
+        lane meanwhile behind it, for the whole conviction (docs/dispatch.md, "Suspects")."""
+        if not self._waiting or self._out or len(self._waiting) != len(self._known):
+            return None
+        for index, due_ms in self._waiting.items():
+            if due_ms < now_ms + min_wait_ms or self.carried_lone(index, served) == 0:
+                return None
+        return dict(self._waiting)
 
     def deaths(self, index: int) -> int:
         suspect = self._known.get(index)

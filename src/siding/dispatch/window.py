@@ -32,7 +32,7 @@ from siding.model import Ordering, Outcome, OutcomeKind
 from siding.policy import next_step
 from siding.steps import Backoff, Done, FinalStep, Parked, Resent, Step, Stop, ToDlq, ToLane
 from siding.transport.base import Transport
-from siding.transport.outcomes import outcome_from_timeout
+from siding.transport.outcomes import not_there, outcome_from_timeout
 from siding.transport.outputs import screen_outputs
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,9 @@ OUTLIER_SHARE = 0.2
 # A message turned away again and again is logged at each step while at most this many of the
 # slice's messages are turned away (more than that is an outage: the breaker's log tells it).
 HOLDOUT_LOG_MAX = 10
+# The park lane hands suspects back to the park topic only when the next is not due for this
+# long: a turn that comes sooner is cheaper to wait for in the batch.
+HAND_BACK_MIN_S = 1.0
 
 
 def safety_grace_s(deadline_s: float) -> float:
@@ -136,7 +139,7 @@ class _Window:
         # Suspects that alone killed the consumer, waiting for it to be back (breaker CLOSED).
         self._recovering: set[int] = set()
         for index, item in enumerate(work):
-            self._suspects.seed(index, item.deaths, breaker.served)
+            self._suspects.seed(index, item.deaths, breaker.served, item.lone)
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
@@ -194,6 +197,8 @@ class _Window:
                     break
                 if self._may_park and self._unsettled == len(self._suspects):
                     self._hand_over_suspects()
+                    break
+                if self._settings.hand_back and self._hand_back():
                     break
                 wait_s = self._launch()
                 park_in = self._park_in()
@@ -323,19 +328,43 @@ class _Window:
         now_ms = self._now_ms()
         for index in sorted({*self._suspects.out, *self._suspects.waiting()}):
             deaths = self._suspects.deaths(index)
+            lone = self._suspects.carried_lone(index, self._breaker.served)
             token = uuid.uuid4().hex
             running = self._running.pop(index, None)
             if running is None:
-                step = Parked(token, now_ms, deaths)
+                step = Parked(token, now_ms, deaths, lone)
             else:
                 task, answered, _, started_ms = running
                 task.remove_done_callback(answered)
                 self._in_flight.discard(task)
                 not_before_ms = parked_not_before_ms(started_ms, deadline_s, grace_s)
-                step = Parked(token, not_before_ms, deaths)
+                step = Parked(token, not_before_ms, deaths, lone)
                 self._parked.append(ParkedCall(self._work[index], token, task))
             self._stats.handed_over()
             self._settle(index, step)
+
+    def _hand_back(self) -> bool:
+        """The park lane: when only suspects that killed the consumer alone are left, each
+        waiting for its next turn, they go back to the park topic due at that turn, so that
+        this batch ends and what was handed over meanwhile is not held behind the conviction
+        (docs/dispatch.md, "Suspects")."""
+        if self._unsettled != len(self._suspects) or self._recovering:
+            return False
+        if self._in_flight or self._answers or self._due:
+            return False
+        if self._breaker.state is not BreakerState.CLOSED:
+            return False
+        back = self._suspects.to_hand_back(
+            self._now_ms(), self._breaker.served, round(HAND_BACK_MIN_S * 1000)
+        )
+        if back is None:
+            return False
+        for index, due_ms in sorted(back.items()):
+            deaths = self._suspects.deaths(index)
+            lone = self._suspects.carried_lone(index, self._breaker.served)
+            self._stats.handed_over()
+            self._settle(index, Parked(uuid.uuid4().hex, due_ms, deaths, lone))
+        return True
 
     def _hand_over_all(self) -> None:
         """A draining stop (docs/operations.md, "Stopping siding"): nothing more is sent. Each
@@ -388,7 +417,7 @@ class _Window:
 
     def _on_answer(self, index: int, outcome: Outcome, latency_s: float) -> None:
         delivery = self._work[index].delivery
-        self._breaker.record(outcome.kind)
+        self._breaker.record(outcome.kind, down=not_there(outcome))
         self._keep_limit(
             (
                 adaptive.update(

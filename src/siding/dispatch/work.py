@@ -13,7 +13,8 @@ from siding.steps import Done, Held, Parked, Step, ToDlq, ToLane
 @dataclass(frozen=True, slots=True)
 class Work:
     """One record to deliver, not before ``not_before_ms`` (epoch milliseconds); ``deaths``: the
-    consumer already went away this many times with it in flight (a suspect from the start);
+    consumer already went away this many times with it in flight (a suspect from the start),
+    ``lone`` of them with no other suspect out;
     ``deadline_s`` overrides the slice's deadline for it (key mode: a retried record in the main
     lane's loop keeps its lane's deadline); ``hops`` are the lanes it passed inside this dispatch
     (key mode: a record retried in the batch that failed it, ``siding.dispatch.inbatch``), after
@@ -23,6 +24,9 @@ class Work:
     not_before_ms: int = 0
     deaths: int = 0
     deadline_s: float | None = None
+    # Of ``deaths``, those with no other suspect out, carried with their evidence
+    # (``Suspects.carried_lone``).
+    lone: int = 0
     hops: tuple[LaneHop, ...] = ()
 
 

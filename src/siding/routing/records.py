@@ -102,10 +102,12 @@ def park_record(
     route: str,
     park_topic: str,
     deaths: int = 0,
+    lone: int = 0,
 ) -> OutRecord:
     """The record that stands for a call still running when its batch ended: same attempt and
     lane, the call's token, and a not-before after which an unsettled call counts as lost; or
-    for a suspect handed over (``deaths`` > 0) to be sent alone by the park lane."""
+    for a suspect handed over (``deaths`` > 0, ``lone`` of them with no other suspect out) to be
+    sent alone by the park lane."""
     reason = "parked: the call outlived its batch"
     if deaths:
         reason = f"suspect: the consumer died {deaths} times with it out"
@@ -119,6 +121,7 @@ def park_record(
         route=route,
         park_token=token,
         deaths=deaths,
+        lone_deaths=lone,
     )
     return _carry(park_topic, delivery, told)
 

@@ -30,6 +30,7 @@ DIED_AT = "siding.died-at"
 ROUTE = "siding.route"
 PARK_TOKEN = "siding.park-token"
 DEATHS = "siding.deaths"
+LONE_DEATHS = "siding.lone-deaths"
 DEAD_CLASS = "siding.dead-class"
 
 
@@ -63,6 +64,8 @@ class StoryHeaders:
     park_token: str = ""
     # A suspect's deaths so far: the consumer went away this many times with it out.
     deaths: int = 0
+    # Of those, the deaths with no other suspect out (the park lane's conviction goes on).
+    lone_deaths: int = 0
     # A dead letter's stable class; ``None`` elsewhere, and in letters written before it was kept.
     dead_class: DeadClass | None = None
 
@@ -126,6 +129,7 @@ def encode(story: StoryHeaders) -> Headers:
         (ROUTE, story.route),
         (PARK_TOKEN, story.park_token),
         (DEATHS, str(story.deaths)),
+        (LONE_DEATHS, str(story.lone_deaths)),
         (DEAD_CLASS, story.dead_class.label if story.dead_class is not None else ""),
     ]
     return tuple((name, value.encode()) for name, value in fields)
@@ -159,5 +163,6 @@ def decode(headers: Iterable[tuple[str, bytes | None]] | None) -> StoryHeaders |
         route=own.get(ROUTE, ""),
         park_token=own.get(PARK_TOKEN, ""),
         deaths=int(own.get(DEATHS) or 0),
+        lone_deaths=int(own.get(LONE_DEATHS) or 0),
         dead_class=DeadClass.from_label(own.get(DEAD_CLASS, "")),
     )

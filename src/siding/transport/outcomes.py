@@ -188,6 +188,13 @@ def never_reached(outcome: Outcome) -> bool:
     return reason.startswith("grpc UNAVAILABLE") and never_connected(reason)
 
 
+def not_there(outcome: Outcome) -> bool:
+    """Whether a BACKOFF says the consumer is not there (it went away with the call, or
+    nothing accepted the connection) rather than "slow down": its breaker probes at a steady
+    pace instead of doubling (docs/dispatch.md, "Circuit breaker")."""
+    return outcome.lost or never_reached(outcome)
+
+
 def outcome_from_lost_connection(error: BaseException) -> Outcome:
     """The connection broke after the delivery was sent: the consumer may have crashed on this
     very message (a suspect, see ``lost``)."""

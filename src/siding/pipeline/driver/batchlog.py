@@ -4,6 +4,7 @@ transition the batch's tasks saw (docs/operations.md, "Logs")."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -62,10 +63,36 @@ class BreakerChange:
 
     def message(self, route: str) -> str:
         t = self.transition
+        why = ""
+        if t.after is BreakerState.OPEN:
+            why = f", for {t.open_for_s:g}s" + (" after a death" if t.death else "")
         return (
             f"route {route}: circuit breaker {t.before.value} -> {t.after.value}"
-            f" (executor {self.host} pid {self.pid})"
+            f" (executor {self.host} pid {self.pid}, at {clock_time(t.wall)}{why})"
         )
+
+
+def clock_time(epoch_s: float) -> str:
+    """Pure: the local time of day to the millisecond, as the log's own timestamps say it (a
+    transition is logged when its batch ends, which may be many seconds later)."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s)) + f".{int(epoch_s * 1000) % 1000:03d}"
+
+
+def task_line(route: str, lane: str, result: TaskResult) -> str:
+    """Pure: what one task of a batch did, for the DEBUG log: its worker process, its records,
+    its sends, how long it waited for its breaker, and its suspects (docs/operations.md)."""
+    c, st = result.counts, result.stats
+    line = (
+        f"route {route} {lane} task (executor {result.host} pid {result.pid}): {c.records}"
+        f" records (acked {c.acked}, to lanes {c.to_lane}, dead {c.to_dlq}, parked {c.parked})"
+    )
+    if st is None:
+        return line
+    return (
+        f"{line}; {st.sends} sends, max {st.max_in_flight} in flight, breaker wait"
+        f" {st.breaker_wait_s:.1f}s, suspects {st.suspected} (isolations {st.isolations},"
+        f" convicted {st.convicted}, handed over {st.handed_over})"
+    )
 
 
 def breaker_changes(results: Iterable[TaskResult]) -> list[BreakerChange]:
@@ -84,6 +111,10 @@ def log_batch(route: str, lane: int, results: list[TaskResult], seconds: float) 
     """Log the batch summary at INFO and each breaker transition (opening at WARNING)."""
     summary = summarise(route, lane, results, seconds)
     log.info(summary.message(), extra={"siding": summary.fields()})
+    if log.isEnabledFor(logging.DEBUG):
+        for result in results:
+            if result.counts.records:
+                log.debug(task_line(route, summary.lane, result))
     for change in breaker_changes(results):
         level = logging.WARNING if change.transition.after is BreakerState.OPEN else logging.INFO
         fields = {
@@ -94,5 +125,6 @@ def log_batch(route: str, lane: int, results: list[TaskResult], seconds: float) 
             "after": change.transition.after.value,
             "host": change.host,
             "pid": change.pid,
+            "at": round(change.transition.wall, 3),
         }
         log.log(level, change.message(route), extra={"siding": fields})

@@ -74,7 +74,7 @@ def sort_parked(
         elif item.not_before_ms > now_ms:
             later.append(item)
             continue
-        again.setdefault(delivery.lane, []).append(Work(delivery, deaths=deaths))
+        again.setdefault(delivery.lane, []).append(Work(delivery, deaths=deaths, lone=item.lone))
     return finished, again, later
 
 
@@ -96,7 +96,8 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     hops = {i.delivery.id: i.hops for i in items if i.hops}
     # Not due yet: parked again as it was, under its call's token (not counted: not settled).
     again_parked = [
-        Settled(Work(i.delivery), Parked(i.park_token, i.not_before_ms, i.deaths)) for i in later
+        Settled(Work(i.delivery), Parked(i.park_token, i.not_before_ms, i.deaths, i.lone))
+        for i in later
     ]
     out, letters = split_letters(plan, [*settled, *again_parked], hops, int(time.time() * 1000))
     if out:

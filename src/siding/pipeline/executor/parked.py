@@ -23,6 +23,7 @@ from siding.model import Outcome, OutcomeKind
 from siding.routing.outputs import output_records
 from siding.routing.producer import OutRecord
 from siding.routing.settlement import Settlement, settlement_record
+from siding.transport.outcomes import not_there
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class ParkedCalls:
             log.warning("parked call %s ended without an answer: %r", token, task)
             return
         outcome, latency_s = task.result()
-        adoption.breaker.record(outcome.kind)
+        adoption.breaker.record(outcome.kind, down=not_there(outcome))
         if outcome.kind is not OutcomeKind.BACKOFF and not outcome.no_answer:
             adoption.timer.observe(latency_s)
             adoption.breaker.mark_up()

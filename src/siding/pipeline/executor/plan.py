@@ -63,7 +63,8 @@ class TaskPlan:
 
 def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> DispatchSettings:
     """The route's dispatch settings for one lane, before they are divided among tasks;
-    ``park=False`` for the park lane, whose own deliveries are awaited."""
+    ``park=False`` for the park lane, whose own deliveries are awaited, and whose suspects
+    waiting for their next turn go back to the park topic (``hand_back``)."""
     lanes = route.lanes_as_model()
     return DispatchSettings(
         max_in_flight=route.max_in_flight,
@@ -89,6 +90,7 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
             ceiling_s=route.park.ceiling,
         ),
         crash_limit=route.crash_limit,
+        hand_back=not park and route.parks,
         outputs=route.outputs,
     )
 

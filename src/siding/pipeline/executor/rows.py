@@ -38,6 +38,7 @@ class Incoming:
     malformed: str = ""
     park_token: str = ""
     deaths: int = 0
+    lone: int = 0
     # The class of ``malformed``: a garbled story, or a record too large to send.
     dead_class: DeadClass = _MALFORMED
 
@@ -112,6 +113,7 @@ def retry_lane_delivery(row: Sequence[Any]) -> Incoming:
         hops=told.hops,
         park_token=told.park_token,
         deaths=told.deaths,
+        lone=told.lone_deaths,
     )
 
 

@@ -91,7 +91,7 @@ def route_out(
                         lane_topic=lane_topic,
                     )
                 )
-            case Parked(token=token, not_before_ms=not_before_ms, deaths=deaths):
+            case Parked(token=token, not_before_ms=not_before_ms, deaths=deaths, lone=lone):
                 out.append(
                     park_record(
                         delivery,
@@ -101,6 +101,7 @@ def route_out(
                         route=route,
                         park_topic=plan.park_topic,
                         deaths=deaths,
+                        lone=lone,
                     )
                 )
             case Held() as step:

@@ -228,8 +228,45 @@ class ConsumerServerTest {
         "orders/0/6", "VERDICT_DEAD poison", "orders/0/100", "VERDICT_ACK ", "orders/0/101", "VERDICT_DEAD bad record"), byId);
     ResultBatch last = got.get(got.size() - 1);
     assertEquals("orders/0/3", last.getResults(last.getResultsCount() - 1).getDeliveryId());
-    assertTrue(got.size() < count, "results finished together share frames: " + got.size());
     assertEquals(new ConsumerServer.Stats(0, 0, 2, 9), server.stats());
+  }
+
+  @Test
+  void resultsFinishedBeforeTheNextWriteShareAFrame() throws Exception {
+    // One handler thread, held until all five deliveries are queued behind it: they then finish
+    // before the first flush runs (it is queued after them), so all five go back in one frame.
+    // With the default pool this happens when the machine is fast; here it is certain.
+    java.util.concurrent.ThreadPoolExecutor one =
+        new java.util.concurrent.ThreadPoolExecutor(
+            1, 1, 0, TimeUnit.SECONDS, new java.util.concurrent.LinkedBlockingQueue<>());
+    open.add(one::shutdownNow);
+    ConsumerServer server =
+        ConsumerServer.builder(ConsumerServerTest::byValue).executor(one).grace(Duration.ofSeconds(1)).build().start();
+    open.add(server);
+    CountDownLatch gate = new CountDownLatch(1);
+    one.execute(() -> {
+      try {
+        gate.await();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+    });
+    var frames = new Collector<ResultBatch>(1);
+    var call = ConsumerGrpc.newStub(channel(server)).withDeadlineAfter(20, TimeUnit.SECONDS).deliverBatches(frames);
+    DeliveryBatch.Builder batch = DeliveryBatch.newBuilder();
+    for (int n = 0; n < 5; n++) batch.addDeliveries(delivery(n, n == 2 ? "dead" : "ok"));
+    call.onNext(batch.build());
+    call.onCompleted();
+    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (one.getQueue().size() < 5 && System.nanoTime() < until) Thread.sleep(5);
+    assertEquals(5, one.getQueue().size(), "the five deliveries are queued behind the gate");
+    gate.countDown();
+    List<ResultBatch> got = frames.ended.get(10, TimeUnit.SECONDS);
+    assertEquals(1, got.size(), "one frame for results that finished together");
+    assertEquals(
+        List.of("orders/0/0", "orders/0/1", "orders/0/2", "orders/0/3", "orders/0/4"),
+        got.get(0).getResultsList().stream().map(Result::getDeliveryId).toList());
+    assertEquals(Verdict.VERDICT_DEAD, got.get(0).getResults(2).getVerdict());
   }
 
   @Test
