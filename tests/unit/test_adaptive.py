@@ -341,6 +341,56 @@ def test_an_overload_cut_grows_back_by_one_per_good_answer() -> None:
     assert state.limit == 40.0
 
 
+def test_an_outage_during_the_ramp_is_the_breakers_business() -> None:
+    # Given a fresh window ramping up to 400 calls of a consumer that answers in 0.5 s, killed
+    # mid-ramp (0.85 s in) and back 12 s later, as in tests/e2e/test_poison_pills.py's outage
+    settings = AdaptiveSettings(enabled=True, min_in_flight=1)
+    state = initial_limit(400, settings, ramp=True)
+    kill_at, back_at, took = 0.85, 12.85, 0.5
+    now = 0.0
+    out: list[float] = []  # send times of the calls out, oldest first
+    while now < kill_at:
+        out += [now] * max(0, state.current - len(out))
+        state, ramp_in = ramp_if_stalled(state, now)
+        if len(out) < state.current:
+            continue
+        due = out[0] + took
+        if ramp_in is not None and now + ramp_in < due:
+            now += ramp_in
+            continue
+        if due >= kill_at:
+            break
+        now = due
+        state = update(state, ACK, now - out.pop(0), now, settings)
+    before = state
+    assert before.ramping and before.baseline_s == pytest.approx(took)
+    assert 200 <= len(out) < 400  # killed with at least 200 calls out, the rest not sent yet
+    # When every call out comes back lost at once (BACKOFF, each with its own latency), and the
+    # breaker holds every send until the consumer is back
+    for sent in out:
+        state = update(state, OutcomeKind.BACKOFF, kill_at - sent, kill_at, settings)
+    # Then none of them is a latency sample, the baseline is the one measured before, the
+    # latency's limit is not cut, and the overload cut halved the window once
+    assert (state.baseline_s, state.samples, state.limit) == (before.baseline_s, (), before.limit)
+    assert state.current == before.current // 2
+    # And once the consumer is back the window regains its size within one round trip and
+    # reaches max_in_flight in the next (the ramp goes on from where the outage found it)
+    sizes: dict[int, int] = {}
+    now, out = back_at, []
+    while now < back_at + 2 * took + 0.01:
+        out += [now] * max(0, state.current - len(out))
+        now = out[0] + took
+        while out and out[0] + took <= now:
+            state = update(state, ACK, took, now, settings)
+            out.pop(0)
+        sizes[round((now - back_at) / took)] = state.current
+    assert sizes[1] >= before.current
+    assert sizes[2] == 400
+    assert state.baseline_s == before.baseline_s
+    # And the next batch's window goes on from there, not from the floor
+    assert rebound(state, 400, settings).current == state.current
+
+
 def test_a_kept_limit_goes_on_under_the_next_batchs_bounds() -> None:
     kept = Limit(40.0, low=2, high=64, baseline_s=0.02)
     # the next batch has more tasks: a smaller share
