@@ -15,7 +15,7 @@ from siding.transport.fake import ScriptedTransport
 LANES = (Lane(delay_s=10.0, deadline_s=5.0),)
 PARK = ParkSettings(enabled=True, floor_s=0.05, ceiling_s=0.2)
 SETTINGS = DispatchSettings(max_in_flight=100, deadline_s=5.0, lanes=LANES, park=PARK)
-WIDE = ParkSettings(enabled=True, floor_s=0.05, ceiling_s=1.0)
+WIDE = ParkSettings(enabled=True, floor_s=0.05, ceiling_s=2.5)
 SLOW = {3, 7}
 
 
@@ -118,14 +118,15 @@ def test_p75_and_not_before() -> None:
 
 
 async def test_outliers_are_parked_once_the_answers_go_quiet() -> None:
-    # Given a fresh endpoint (the age rule would wait its 1 s ceiling) and a slice whose last
+    # Given a fresh endpoint (the age rule would wait its 2.5 s ceiling) and a slice whose last
     # calls are a small share of it
     settings = DispatchSettings(max_in_flight=100, deadline_s=5.0, lanes=LANES, park=WIDE)
     transport = ScriptedTransport(latency_s=lambda d: 3.0 if d.offset < 4 else 0.01)
     started = time.monotonic()
     report = await dispatch(transport, [Work(rec(i)) for i in range(40)], settings)
-    # Then the slice ends soon after its normal answers, not after the ceiling
-    assert time.monotonic() - started < 0.6
+    # Then the slice ends soon after its normal answers (about 0.1 s), not after the ceiling
+    # (half of it is the bound: a loaded machine must not decide this test)
+    assert time.monotonic() - started < WIDE.ceiling_s / 2
     assert {c.work.delivery.offset for c in report.parked} == {0, 1, 2, 3}
     for call in report.parked:
         call.task.cancel()
