@@ -367,8 +367,7 @@ def deliver(
     watch: Callable[[Transport], Transport] | None = None,
 ) -> DispatchReport:
     """Dispatch ``work`` on the worker's loop; calls it parks go on running there and are
-    settled when they answer. Parked calls still count against the endpoint's window; the
-    adaptive limit goes on from where the worker's last window of this endpoint and lane left it.
+    settled when they answer. Parked calls still count against the endpoint's window.
     ``watch`` wraps the transport for this dispatch (the task's progress sees its ACKs)."""
     rt = runtime()
     route = plan.route
@@ -407,7 +406,6 @@ def deliver(
             waiting=plan.waiting,
             breaker=breaker,
             park_timer=timer,
-            limits=rt.limits(key),
         )
     )
     if report.parked:
