@@ -109,7 +109,9 @@ function plain(status: number, text: string): HttpAnswer {
  * A node:http request listener for `handler`: use it with `http.createServer(listener)` or any
  * framework that hands over the raw request. It answers 401 to a request whose signature does not
  * verify (without calling the handler), 413 to a body over `maxBodyBytes`, 400 to a request that is
- * not a siding delivery, 204 to OPTIONS (siding's liveness probe); otherwise the handler's replies.
+ * not a siding delivery, 204 to OPTIONS (siding's liveness probe); otherwise the handler's replies,
+ * saying `siding-batch: v1` (a batch whose request accepts application/x-ndjson: one result line
+ * per delivery, written as its handler finishes).
  */
 export function webhookListener(handler: Handler, options: WebhookOptions): Listener & { stats(): Readonly<WebhookStats> } {
   if (typeof handler !== "function") throw new TypeError("webhookListener: handler must be a function");
