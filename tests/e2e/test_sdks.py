@@ -1,12 +1,16 @@
 """Every consumer SDK's example consumer, a real process, serves a real `siding run` on the
-embedded broker: one run, a route per language, transport and batching, all reading one topic.
+embedded broker: one run, a route per language, transport and batching, all reading one topic
+(but one: the offered route reads a copy of it).
 
 Each route must show ACK, RETRY through a lane (retry on attempt 1, ack on attempt 2 from lane
 1), DEAD into its DLQ, and a binary value that arrives byte for byte; a batched route must have
-been served by batches (``DeliverBatches``, CloudEvents batched mode), sent gzipped. The example
-consumers share one protocol (docs/sdks.md, "End to end"): they answer by the record's key and
-write one JSON line per delivery, naming the call it came by, which tells the routes of one
-consumer apart. Another SDK joins by adding a row to ``SDKS``.
+been served by batches (``DeliverBatches``, CloudEvents batched mode), sent gzipped. An HTTP
+route without a ``batch`` key (Go's) sends single webhooks until the consumer says it reads
+batches, and batches, their results streamed, from then on. The example consumers share one
+protocol (docs/sdks.md, "End to end"): they answer by the record's key and write one JSON line
+per delivery, naming the call it came by, which tells the routes of one consumer apart (the
+route that may get both calls reads a topic of its own). Another SDK joins by adding a row to
+``SDKS``.
 """
 
 from __future__ import annotations
@@ -43,12 +47,16 @@ SECRET = "whsec_" + base64.b64encode(b"e2e-sdk-secret-32-bytes-long....").decode
 BINARY = bytes(range(256)) + b"\x00\xff\xfe"  # every byte value, and not UTF-8
 RECORDS = {"ack": b"v-ack", "retry": b"v-retry", "dead": b"v-dead", "binary": BINARY}
 BATCH = {"max": 16, "linger": "20ms"}
-# The call a delivery comes by, per transport, unbatched and batched.
+# How a route sends: one delivery per call, in batches, or (HTTP without a batch key) single
+# webhooks until the consumer says it reads batches.
+SINGLE, BATCHED, OFFERED = "single", "batched", "offered"
+# The calls a delivery may come by, per transport and mode.
 CALLS = {
-    ("grpc", False): "DeliverStream",
-    ("grpc", True): "DeliverBatches",
-    ("http", False): "webhook",
-    ("http", True): "webhook-batch",
+    ("grpc", SINGLE): ("DeliverStream",),
+    ("grpc", BATCHED): ("DeliverBatches",),
+    ("http", SINGLE): ("webhook",),
+    ("http", BATCHED): ("webhook-batch",),
+    ("http", OFFERED): ("webhook", "webhook-batch"),
 }
 
 
@@ -59,19 +67,21 @@ class Sdk:
     ``command(build_dir, listen)`` gives the argv for a consumer serving the ``listen``
     addresses by transport (``{"grpc": "127.0.0.1:P"}``), with ``--record FILE`` appended by the
     test; ``build(build_dir)`` makes it runnable once (or ``None``). Every transport gets an
-    unbatched and a batched route.
+    unbatched and a batched route unless ``only`` says otherwise.
     """
 
     language: str
     transports: tuple[str, ...]
     command: Callable[[Path, Mapping[str, str]], list[str]]
     build: Callable[[Path], None] | None = None
-    # Which (transport, batched) routes it gets when not all of them: each route is two more
-    # streaming queries in the one siding run.
-    only: frozenset[tuple[str, bool]] | None = None
+    # Which (transport, mode) routes it gets when not the unbatched and batched of each: each
+    # route is two more streaming queries in the one siding run.
+    only: frozenset[tuple[str, str]] | None = None
 
-    def routes(self, transport: str) -> list[bool]:
-        return [b for b in (False, True) if self.only is None or (transport, b) in self.only]
+    def routes(self, transport: str) -> list[str]:
+        if self.only is None:
+            return [SINGLE, BATCHED]
+        return [m for m in (SINGLE, BATCHED, OFFERED) if (transport, m) in self.only]
 
 
 def _python_command(_build: Path, listen: Mapping[str, str]) -> list[str]:
@@ -133,11 +143,29 @@ def _java_command(_build: Path, listen: Mapping[str, str]) -> list[str]:
 
 SDKS = (
     Sdk("python", ("grpc",), _python_command),
-    Sdk("go", ("grpc", "http"), _go_command, _go_build),
+    # Go's webhooks: batched, and offered (its single webhooks come first; Java's route has
+    # batch = false).
+    Sdk(
+        "go",
+        ("grpc", "http"),
+        _go_command,
+        _go_build,
+        only=frozenset({("grpc", SINGLE), ("grpc", BATCHED), ("http", BATCHED), ("http", OFFERED)}),
+    ),
     # Both transports each, one of them batched: between them the four calls, DeliverStream and
     # webhook-batch by Node, DeliverBatches and webhook by Java (each SDK's tests cover the rest).
-    Sdk("node", ("grpc", "http"), _node_command, only=frozenset({("grpc", False), ("http", True)})),
-    Sdk("java", ("grpc", "http"), _java_command, only=frozenset({("grpc", True), ("http", False)})),
+    Sdk(
+        "node",
+        ("grpc", "http"),
+        _node_command,
+        only=frozenset({("grpc", SINGLE), ("http", BATCHED)}),
+    ),
+    Sdk(
+        "java",
+        ("grpc", "http"),
+        _java_command,
+        only=frozenset({("grpc", BATCHED), ("http", SINGLE)}),
+    ),
 )
 
 
@@ -200,27 +228,28 @@ def consumers(tmp_path: Path) -> Iterator[list[Consumer]]:
 class Route:
     consumer: Consumer
     transport: str
-    batched: bool
-
-    @property
-    def call(self) -> str:
-        return CALLS[(self.transport, self.batched)]
+    mode: str
+    topic: str
 
     def seen(self) -> list[dict[str, Any]]:
-        """What this route delivered: the consumer's lines of its transport and call."""
+        """What this route delivered: the consumer's lines of its topic, transport and calls,
+        in the order the consumer handled them."""
+        calls = CALLS[(self.transport, self.mode)]
         return [
             line
             for line in self.consumer.lines()
-            if (line["transport"], line["call"]) == (self.transport, self.call)
+            if line["transport"] == self.transport
+            and line["call"] in calls
+            and line["id"].startswith(f"{self.topic}/")
         ]
 
 
-def _route(name: str, topic: str, route: Route) -> dict[str, object]:
+def _route(name: str, route: Route) -> dict[str, object]:
     address = route.consumer.listen[route.transport]
     http = route.transport == "http"
     config: dict[str, object] = {
         "name": name,
-        "topic": topic,
+        "topic": route.topic,
         "group": f"{name}-group",
         "endpoint": f"http://{address}/" if http else f"grpc://{address}",
         "deadline": "10s",
@@ -228,7 +257,11 @@ def _route(name: str, topic: str, route: Route) -> dict[str, object]:
         "dlq_flood_min_batch": 1_000_000,
         "park": {"enabled": False},  # answers are instant: one streaming query fewer per route
     }
-    if not route.batched:
+    if route.mode == OFFERED:
+        # No batch key: single webhooks until an answer says 'siding-batch: v1'. One in flight,
+        # so the deliveries after the first answer go in batches (their results streamed).
+        config["max_in_flight"] = 1
+    elif route.mode == SINGLE:
         config["batch"] = False  # one delivery per call, switched off explicitly
     else:
         # Batched routes also go gzipped, every body and message (docs/sdks.md, "Compressed
@@ -271,23 +304,26 @@ def test_every_sdk_answers_a_real_siding_run(
     consumers: list[Consumer],
 ) -> None:
     started = time.monotonic()
-    # Given one topic with an ack, a retry, a dead and a binary record
-    topic = topic_name("sdks")
+    # Given one topic with an ack, a retry, a dead and a binary record (and one more with the
+    # same, for the offered route)
+    topic, offered_topic = topic_name("sdks"), topic_name("sdks-offered")
     client = {"bootstrap.servers": kafka.bootstrap}
-    ensure_topics(admin_client(client), [TopicSpec(topic)])
+    ensure_topics(admin_client(client), [TopicSpec(topic), TopicSpec(offered_topic)])
     producer = Producer(client)
     for key, value in RECORDS.items():
-        producer.produce(topic, key=key.encode(), value=value)
+        for t in (topic, offered_topic):
+            producer.produce(t, key=key.encode(), value=value)
     assert producer.flush(10) == 0
-    # And a route per language, transport and batching, each to its SDK's example consumer
+    # And a route per language, transport and mode, each to its SDK's example consumer
     routes: dict[str, Route] = {}
     for c in consumers:
         for transport in c.listen:
-            for batched in c.sdk.routes(transport):
-                suffix = "-batch" if batched else ""
+            for mode in c.sdk.routes(transport):
+                suffix = {SINGLE: "", BATCHED: "-batch", OFFERED: "-offered"}[mode]
                 name = f"sdk-{c.sdk.language}-{transport}{suffix}-{topic[-8:]}"
-                routes[name] = Route(c, transport, batched)
-    config_routes = [_route(name, topic, route) for name, route in routes.items()]
+                its_topic = offered_topic if mode == OFFERED else topic
+                routes[name] = Route(c, transport, mode, its_topic)
+    config_routes = [_route(name, route) for name, route in routes.items()]
     text = _config(kafka.bootstrap, config_routes, tmp_path / "checkpoints")
     parsed = parse_config(text)  # a bad config fails here, not in the child
     config = tmp_path / "siding.toml"
@@ -298,9 +334,10 @@ def test_every_sdk_answers_a_real_siding_run(
         return read_records(client, naming.route_dlq(parsed.route_named(name)))
 
     def done(name: str) -> bool:
-        retried = any(s["key"] == "retry" and s["attempt"] == 2 for s in routes[name].seen())
-        committed = committed_offsets(client, f"{name}-group", topic).get(0, -1) >= len(RECORDS)
-        return retried and committed and bool(letters(name))
+        route = routes[name]
+        retried = any(s["key"] == "retry" and s["attempt"] == 2 for s in route.seen())
+        offsets = committed_offsets(client, f"{name}-group", route.topic)
+        return retried and offsets.get(0, -1) >= len(RECORDS) and bool(letters(name))
 
     # When `siding run` runs them all
     with _siding_run(config, log) as proc:
@@ -316,6 +353,13 @@ def test_every_sdk_answers_a_real_siding_run(
     # Then each route saw exactly what each answer means
     for name, route in routes.items():
         _check_route(name, route.seen(), letters(name))
+    # And the offered route began with single webhooks (nothing said yet) and went on in
+    # batches once the consumer's answer said it reads them
+    for name, route in routes.items():
+        if route.mode == OFFERED:
+            calls = [line["call"] for line in route.seen()]
+            assert calls[0] == "webhook", (name, calls)
+            assert "webhook-batch" in calls, (name, calls)
     # And every consumer stops gracefully on SIGTERM
     for c in consumers:
         c.proc.send_signal(signal.SIGTERM)

@@ -249,17 +249,50 @@ func batchAnswer(ds []Delivery, rs []Result) httpAnswer {
 	}
 	results := make([]batchResult, len(rs))
 	for i, r := range rs {
-		results[i] = batchResult{ID: ds[i].ID, Verdict: r.Verdict().String(), Reason: r.Reason()}
-		if r.Verdict() == VerdictAck && len(r.outputs) > 0 {
-			results[i].Outputs = outputsJSON(r.outputs)
-		}
-		if r.Verdict() == VerdictRetry && r.After() > 0 {
-			after := r.After().Seconds()
-			results[i].After = &after
-		}
+		results[i] = batchItem(ds[i].ID, r)
 	}
 	body, _ := json.Marshal(map[string][]batchResult{"results": results}) // plain values: cannot fail
 	return httpAnswer{status: http.StatusOK, body: body, json: true}
+}
+
+// batchItem: one delivery's result as a batch answer (or a line of the stream) carries it.
+func batchItem(id string, r Result) batchResult {
+	item := batchResult{ID: id, Verdict: r.Verdict().String(), Reason: r.Reason()}
+	if r.Verdict() == VerdictAck && len(r.outputs) > 0 {
+		item.Outputs = outputsJSON(r.outputs)
+	}
+	if r.Verdict() == VerdictRetry && r.After() > 0 {
+		after := r.After().Seconds()
+		item.After = &after
+	}
+	return item
+}
+
+// resultStreamType: a batch's results streamed as they finish, one JSON object per line;
+// siding asks for it with Accept, so a slow delivery holds back no batch-mate's answer.
+const resultStreamType = "application/x-ndjson"
+
+// readsBatches is said on every answer of the handler: this server reads the batch envelope
+// and streams results when asked, so a route without a batch key sends it batches.
+var readsBatches = [2]string{"Siding-Batch", "v1"}
+
+// acceptsResultStream: whether the request's sender reads a batch's results as a stream.
+func acceptsResultStream(h http.Header) bool {
+	for _, value := range h.Values("Accept") {
+		for _, part := range strings.Split(value, ",") {
+			media, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(media), resultStreamType) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resultLine: one delivery's result as a line of the stream.
+func resultLine(id string, r Result) []byte {
+	line, _ := json.Marshal(batchItem(id, r)) // plain values: cannot fail
+	return append(line, '\n')
 }
 
 func (a httpAnswer) write(w http.ResponseWriter) {
@@ -268,6 +301,7 @@ func (a httpAnswer) write(w http.ResponseWriter) {
 	} else {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	}
+	w.Header().Set(readsBatches[0], readsBatches[1])
 	if a.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(a.retryAfter.Seconds())), 10))
 	}

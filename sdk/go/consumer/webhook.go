@@ -50,7 +50,10 @@ type webhookHandler struct {
 // NewWebhookHandler serves h to siding's webhooks: one delivery per request (CloudEvents binary
 // mode; 200 acks, 429 backs off, 500 retries, 422 dead-letters) or a batch
 // (application/cloudevents-batch+json, every delivery handled at once and answered
-// {"results": [...]}). It fails only on an unusable secret.
+// {"results": [...]}; when the request's Accept names application/x-ndjson, one result per
+// line instead, each written and flushed as its handler returns). Every answer of the handler
+// says Siding-Batch: v1, so a route without a batch key sends batches. It fails only on an
+// unusable secret.
 func NewWebhookHandler(h Handler, opts ...WebhookOption) (http.Handler, error) {
 	o := webhookOptions{tolerance: DefaultTolerance, maxBody: DefaultMaxBodyBytes, logger: slog.Default(), now: time.Now}
 	for _, opt := range opts {
@@ -98,6 +101,15 @@ func (wh *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if isBatch(r.Header.Get("Content-Type")) && acceptsResultStream(r.Header) && canFlush(w) {
+		ds, err := deliveriesFromBatch(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		wh.stream(withCall(r.Context(), "webhook-batch"), w, ds)
+		return
+	}
 	answer, err := wh.respond(r.Context(), r.Header, body)
 	if err != nil {
 		// A request siding would never send: not a reason to dead-letter anything.
@@ -131,4 +143,49 @@ func (wh *webhookHandler) respond(ctx context.Context, h http.Header, body []byt
 	}
 	wg.Wait()
 	return batchAnswer(ds, rs), nil
+}
+
+// stream answers a batch as it finishes: one line per delivery, written and flushed when its
+// handler returns, so a slow delivery holds back no other's answer. A write that fails (siding
+// went away) ends the answer; ctx, the request's, then ends the handlers still running.
+func (wh *webhookHandler) stream(ctx context.Context, w http.ResponseWriter, ds []Delivery) {
+	type finished struct {
+		id     string
+		result Result
+	}
+	done := make(chan finished, len(ds)) // never blocks a handler, even once nobody reads
+	for _, d := range ds {
+		go func() { done <- finished{d.ID, call(ctx, wh.handler, d, wh.opts.logger)} }()
+	}
+	w.Header().Set("Content-Type", resultStreamType)
+	w.Header().Set(readsBatches[0], readsBatches[1])
+	w.WriteHeader(http.StatusOK)
+	flusher := http.NewResponseController(w)
+	if flusher.Flush() != nil {
+		return
+	}
+	for range ds {
+		f := <-done
+		if _, err := w.Write(resultLine(f.id, f.result)); err != nil {
+			return
+		}
+		if flusher.Flush() != nil {
+			return
+		}
+	}
+}
+
+// canFlush: whether w (or the writer it wraps) can send what was written so far; one that
+// cannot would hold every line to the end, so its batches get the one JSON answer.
+func canFlush(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case http.Flusher, interface{ FlushError() error }:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
+		}
+	}
 }

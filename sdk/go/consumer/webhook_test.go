@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -244,5 +245,143 @@ func TestAnAckCarriesItsOutputsInJSON(t *testing.T) {
 	b := batchAnswer([]Delivery{{ID: "a"}, {ID: "b"}}, []Result{Ack(Output{Topic: "out"}), Ack()})
 	if want := `{"results":[{"id":"a","verdict":"ack","outputs":[{"topic":"out"}]},{"id":"b","verdict":"ack"}]}`; string(b.body) != want {
 		t.Fatalf("batch answer = %s", b.body)
+	}
+}
+
+func batchRequest(t *testing.T, url, accept string, body []byte) *http.Request {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", BatchContentType)
+	req.Header.Set("Webhook-Id", "batch:t/0/0")
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	key, _ := SecretKey(secret)
+	now := time.Now().Unix()
+	req.Header.Set("Webhook-Timestamp", strconv.FormatInt(now, 10))
+	req.Header.Set("Webhook-Signature", Sign(key, "batch:t/0/0", now, body))
+	return req
+}
+
+func TestEveryAnswerOfTheHandlerSaysItReadsBatches(t *testing.T) {
+	// siding sends an HTTP route without a batch key its deliveries in batches only once the
+	// consumer says it reads them.
+	srv := webhookServer(t, byKey)
+	single := http.Header{"Ce-Id": {"t/0/1"}, "Webhook-Id": {"t/0/1"}, "Ce-Subject": {"dead"}}
+	status, h, _ := post(t, srv.URL, single, []byte("v"), true)
+	if status != http.StatusUnprocessableEntity || h.Get("Siding-Batch") != "v1" {
+		t.Errorf("single: %d Siding-Batch %q, want 422 v1", status, h.Get("Siding-Batch"))
+	}
+	batch := http.Header{"Content-Type": {BatchContentType}, "Webhook-Id": {"batch:t/0/1:1"}}
+	status, h, _ = post(t, srv.URL, batch, []byte(`[{"id":"t/0/1"}]`), true)
+	if status != http.StatusOK || h.Get("Siding-Batch") != "v1" {
+		t.Errorf("batch: %d Siding-Batch %q, want 200 v1", status, h.Get("Siding-Batch"))
+	}
+}
+
+func TestABatchAskedAsAStreamIsAnsweredLineByLineAsEachFinishes(t *testing.T) {
+	// The slow delivery finishes last, whatever its place: it waits until the test has read
+	// every other line, so a server that held the lines back would never answer (siding
+	// settles each delivery as its line comes).
+	release := make(chan struct{})
+	srv := webhookServer(t, HandlerFunc(func(ctx context.Context, d Delivery) Result {
+		if string(d.Key) == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return Ack()
+		}
+		return byKey(ctx, d)
+	}))
+	body := []byte(`[{"id":"t/0/0","sidingkey":"c2xvdw=="},{"id":"t/0/1"},` +
+		`{"id":"t/0/2","sidingkey":"ZGVhZA=="},{"id":"t/0/3","sidingkey":"cGFuaWM="}]`)
+	client := &http.Client{Timeout: 20 * time.Second} // a server that buffers fails, not hangs
+	resp, err := client.Do(batchRequest(t, srv.URL, "application/x-ndjson, application/json", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" || resp.Header.Get("Siding-Batch") != "v1" {
+		t.Fatalf("answer %d %v", resp.StatusCode, resp.Header)
+	}
+	lines := bufio.NewReader(resp.Body)
+	got := map[string]string{}
+	for n := range 4 {
+		if n == 3 {
+			close(release) // only once the fast ones' lines were read
+		}
+		line, err := lines.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("line %d: %v (read so far %v)", n, err, got)
+		}
+		var item map[string]any
+		if err := json.Unmarshal(line, &item); err != nil {
+			t.Fatalf("line %d %q: %v", n, line, err)
+		}
+		id := item["id"].(string)
+		if _, twice := got[id]; twice || (n == 3) != (id == "t/0/0") {
+			t.Fatalf("line %d is %s's (the slow one, t/0/0, comes last and once)", n, id)
+		}
+		got[id] = string(bytes.TrimSpace(line))
+	}
+	want := map[string]string{
+		"t/0/0": `{"id":"t/0/0","verdict":"ack"}`,
+		"t/0/1": `{"id":"t/0/1","verdict":"ack"}`,
+		"t/0/2": `{"id":"t/0/2","verdict":"dead","reason":"poison"}`,
+		"t/0/3": `{"id":"t/0/3","verdict":"retry","reason":"handler panicked: database is down"}`,
+	}
+	for id, line := range want {
+		if got[id] != line {
+			t.Errorf("%s: %s, want %s", id, got[id], line)
+		}
+	}
+	if rest, err := io.ReadAll(lines); err != nil || len(rest) != 0 {
+		t.Errorf("after the last line: %q %v, want the end", rest, err)
+	}
+}
+
+func TestABatchNotAskedAsAStreamGetsOneJSONAnswer(t *testing.T) {
+	// An older siding does not ask for the stream: it gets the one answer it reads.
+	srv := webhookServer(t, byKey)
+	for _, accept := range []string{"", "application/json", "application/x-ndjsonx"} {
+		resp, err := http.DefaultClient.Do(batchRequest(t, srv.URL, accept, []byte(`[{"id":"t/0/1"}]`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("Content-Type") != "application/json" || string(body) != `{"results":[{"id":"t/0/1","verdict":"ack"}]}` {
+			t.Errorf("accept %q: %s %s", accept, resp.Header.Get("Content-Type"), body)
+		}
+	}
+}
+
+// unflushable wraps a ResponseWriter and hides its Flush, as some middleware does.
+type unflushable struct{ http.ResponseWriter }
+
+func TestAWriterThatCannotFlushGetsOneJSONAnswer(t *testing.T) {
+	// Its lines would all wait for the end: the one answer says the same, and says it whole.
+	handler, _ := NewWebhookHandler(byKey, WithSecret(secret))
+	recorder := httptest.NewRecorder()
+	handler.ServeHTTP(unflushable{recorder}, batchRequest(t, "http://consumer/", "application/x-ndjson", []byte(`[{"id":"t/0/1"}]`)))
+	if recorder.Header().Get("Content-Type") != "application/json" || recorder.Body.String() != `{"results":[{"id":"t/0/1","verdict":"ack"}]}` {
+		t.Errorf("answer %v %s", recorder.Header(), recorder.Body)
+	}
+}
+
+func TestAcceptsResultStream(t *testing.T) {
+	tests := map[string]bool{
+		"":                                       false,
+		"application/json":                       false,
+		"application/x-ndjson":                   true,
+		"application/json, Application/X-NDJSON": true,
+		"application/x-ndjson;q=0.9":             true,
+		"application/x-ndjsonx":                  false,
+	}
+	for accept, want := range tests {
+		if got := acceptsResultStream(http.Header{"Accept": {accept}}); got != want {
+			t.Errorf("%q: %v, want %v", accept, got, want)
+		}
 	}
 }

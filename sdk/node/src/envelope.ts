@@ -227,16 +227,39 @@ export function batchAnswer(ids: readonly string[], replies: readonly Reply[]): 
     const after = afters.length > 0 ? Math.max(...afters) : undefined;
     return { status: 429, headers: { ...TEXT, ...retryAfter(after) }, body: given[0]?.reason || "back off" };
   }
-  const results = given.map((reply, n) => {
-    const id = ids[n] as string;
-    if (reply.verdict === "ack" && reply.outputs.length > 0) {
-      return { id, verdict: "ack", outputs: outputsJson(reply.outputs) };
-    }
-    if (reply.verdict === "ack") return { id, verdict: "ack" };
-    if (reply.verdict === "dead") return { id, verdict: "dead", reason: reply.reason };
-    const result: Record<string, unknown> = { id, verdict: "retry", reason: reply.reason };
-    if (reply.afterSeconds !== undefined) result.after = reply.afterSeconds;
-    return result;
-  });
+  const results = given.map((reply, n) => batchResult(ids[n] as string, reply));
   return { status: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ results }) };
+}
+
+/** One delivery's result as a batch answer (or a line of the stream) carries it. */
+function batchResult(id: string, reply: Reply): Record<string, unknown> {
+  if (reply.verdict === "ack" && reply.outputs.length > 0) {
+    return { id, verdict: "ack", outputs: outputsJson(reply.outputs) };
+  }
+  if (reply.verdict === "ack") return { id, verdict: "ack" };
+  if (reply.verdict === "dead") return { id, verdict: "dead", reason: reply.reason };
+  const result: Record<string, unknown> = { id, verdict: "retry", reason: reply.reason };
+  if (reply.afterSeconds !== undefined) result.after = reply.afterSeconds;
+  return result;
+}
+
+// A batch's results streamed as they finish, one JSON object per line (siding asks for it with
+// accept): a slow delivery no longer holds back its batch-mates' answers.
+export const RESULT_STREAM_TYPE = "application/x-ndjson";
+
+/** Said on every answer of the handler: this server reads the batch envelope and streams its
+ * results when asked, so a route without a `batch` key sends it batches (docs/batch.md). */
+export const READS_BATCHES = { "siding-batch": "v1" } as const;
+
+/** Whether the request's sender reads a batch's results as a stream (its `accept`). */
+export function acceptsResultStream(accept: string | string[] | undefined): boolean {
+  const values = Array.isArray(accept) ? accept : [accept ?? ""];
+  return values.some((value) =>
+    value.split(",").some((part) => (part.split(";")[0] ?? "").trim().toLowerCase() === RESULT_STREAM_TYPE),
+  );
+}
+
+/** One delivery's result as a line of the stream. */
+export function resultLine(id: string, reply: Reply): string {
+  return `${JSON.stringify(batchResult(id, reply))}\n`;
 }

@@ -7,10 +7,14 @@ import { BodyEncodingError, decodeBody, withoutEncoding } from "./encoding.js";
 import {
   EnvelopeError,
   type HttpAnswer,
+  READS_BATCHES,
+  RESULT_STREAM_TYPE,
+  acceptsResultStream,
   batchAnswer,
   deliveriesFromBatch,
   deliveryFromRequest,
   isBatch,
+  resultLine,
   singleAnswer,
 } from "./envelope.js";
 import { type JoinOptions, type Registration, joinOrStop, serverRegistration } from "./registration.js";
@@ -77,6 +81,26 @@ function send(response: ServerResponse, answer: HttpAnswer): void {
   response.end(body);
 }
 
+/** A batch answered as it finishes: each line resolves when its delivery's handler is done. */
+interface ResultStream {
+  readonly lines: readonly Promise<string>[];
+}
+
+/** Write each line as it resolves, in finishing order, and end once every one is written: a
+ * slow delivery holds back no other's answer (siding settles each as its line comes). */
+async function stream(response: ServerResponse, lines: readonly Promise<string>[]): Promise<void> {
+  response.writeHead(200, { "content-type": RESULT_STREAM_TYPE, ...READS_BATCHES });
+  response.flushHeaders();
+  const gone = (): boolean => response.destroyed || response.writableEnded;
+  await Promise.all(lines.map((line) => line.then((text) => void (gone() || response.write(text)))));
+  if (!gone()) response.end();
+}
+
+/** An answer of the handler: it says this server reads batches. */
+function said(answer: HttpAnswer): HttpAnswer {
+  return { ...answer, headers: { ...answer.headers, ...READS_BATCHES } };
+}
+
 function plain(status: number, text: string): HttpAnswer {
   return { status, headers: { "content-type": "text/plain; charset=utf-8" }, body: text };
 }
@@ -85,7 +109,9 @@ function plain(status: number, text: string): HttpAnswer {
  * A node:http request listener for `handler`: use it with `http.createServer(listener)` or any
  * framework that hands over the raw request. It answers 401 to a request whose signature does not
  * verify (without calling the handler), 413 to a body over `maxBodyBytes`, 400 to a request that is
- * not a siding delivery, 204 to OPTIONS (siding's liveness probe); otherwise the handler's replies.
+ * not a siding delivery, 204 to OPTIONS (siding's liveness probe); otherwise the handler's replies,
+ * saying `siding-batch: v1` (a batch whose request accepts application/x-ndjson: one result line
+ * per delivery, written as its handler finishes).
  */
 export function webhookListener(handler: Handler, options: WebhookOptions): Listener & { stats(): Readonly<WebhookStats> } {
   if (typeof handler !== "function") throw new TypeError("webhookListener: handler must be a function");
@@ -95,7 +121,7 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
   const logger = options.logger ?? console;
   const counts: WebhookStats = { single: 0, batches: 0, batchDeliveries: 0 };
 
-  async function answer(request: IncomingMessage): Promise<HttpAnswer> {
+  async function answer(request: IncomingMessage): Promise<HttpAnswer | ResultStream> {
     if (request.method === "OPTIONS") return { status: 204, headers: {}, body: "" };
     // A route may send with POST, PUT or PATCH ([route.http] method), to any path.
     if (!DELIVERY_METHODS.has(request.method ?? "")) {
@@ -127,15 +153,20 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
         const deliveries = deliveriesFromBatch(body);
         counts.batches += 1;
         counts.batchDeliveries += deliveries.length;
-        const replies = await Promise.all(deliveries.map((d: Delivery) => runHandler(handler, d, "webhook-batch", logger)));
-        return batchAnswer(
-          deliveries.map((d) => d.id),
-          replies,
+        const replies = deliveries.map((d: Delivery) => runHandler(handler, d, "webhook-batch", logger));
+        if (acceptsResultStream(request.headers.accept)) {
+          return { lines: replies.map((reply, n) => reply.then((r) => resultLine((deliveries[n] as Delivery).id, r))) };
+        }
+        return said(
+          batchAnswer(
+            deliveries.map((d) => d.id),
+            await Promise.all(replies),
+          ),
         );
       }
       const delivery = deliveryFromRequest(withoutEncoding(request.rawHeaders), body);
       counts.single += 1;
-      return singleAnswer(await runHandler(handler, delivery, "webhook", logger));
+      return said(singleAnswer(await runHandler(handler, delivery, "webhook", logger)));
     } catch (error) {
       if (error instanceof EnvelopeError) return plain(400, error.message);
       throw error;
@@ -143,14 +174,13 @@ export function webhookListener(handler: Handler, options: WebhookOptions): List
   }
 
   const listener = (request: IncomingMessage, response: ServerResponse): void => {
-    answer(request).then(
-      (result) => send(response, result),
-      (error: unknown) => {
+    answer(request)
+      .then((result) => ("lines" in result ? stream(response, result.lines) : send(response, result)))
+      .catch((error: unknown) => {
         logger.warn(`siding-consumer: webhook request failed: ${String(error)}`);
         if (!response.headersSent) send(response, plain(500, "the consumer failed to read the request"));
         else response.destroy();
-      },
-    );
+      });
   };
   return Object.assign(listener, { stats: (): Readonly<WebhookStats> => ({ ...counts }) });
 }

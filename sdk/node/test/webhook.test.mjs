@@ -200,3 +200,85 @@ describe("WebhookServer without a secret, and stopping", () => {
     await stopping;
   });
 });
+
+describe("WebhookServer and siding's batch negotiation", () => {
+  const release = deferred();
+  let server;
+  before(async () => {
+    server = await new WebhookServer(
+      async (d) => {
+        const text = d.value?.toString("latin1") ?? "";
+        if (text === "slow") await release.promise;
+        if (text === "throw") throw new Error("database is down");
+        return text === "dead" ? dead("bad record") : ack();
+      },
+      { secret: SECRET, logger: quiet },
+    ).start();
+  });
+  after(() => server.stop(1));
+
+  function batch(values, extra = {}) {
+    const body = Buffer.from(JSON.stringify(values.map((v, n) => batchEvent(n, v))));
+    const headers = { ...sidingHeaders(`batch:orders/0/0:${values.length}`, body), "content-type": "application/cloudevents-batch+json", ...extra };
+    return { body, headers };
+  }
+
+  it("says siding-batch: v1 on every answer of the handler, single and batch", async () => {
+    const body = Buffer.from("dead");
+    const single = await post(server.url, sidingHeaders("orders/0/1", body), body);
+    assert.equal(single.status, 422);
+    assert.equal(single.headers["siding-batch"], "v1");
+    const b = batch(["ok"]);
+    const answered = await post(server.url, b.headers, b.body);
+    assert.equal(answered.status, 200);
+    assert.equal(answered.headers["siding-batch"], "v1");
+  });
+
+  it("answers a batch asked as a stream line by line as each finishes", { timeout: 20_000 }, async () => {
+    // The slow delivery waits until the test has read every other line: a server that held the
+    // lines back would never answer (siding settles each delivery as its line comes).
+    const b = batch(["slow", "ok", "dead", "throw"], { accept: "application/x-ndjson, application/json" });
+    const lines = [];
+    const answer = await new Promise((resolve, reject) => {
+      const req = http.request(server.url, { method: "POST", headers: b.headers, agent: false }, (res) => {
+        let rest = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk) => {
+          const parts = (rest + chunk).split("\n");
+          rest = parts.pop();
+          lines.push(...parts);
+          if (lines.length === 3) release.resolve(); // only once the fast ones' lines were read
+        });
+        res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, rest }));
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      req.end(b.body);
+    });
+    assert.equal(answer.status, 200);
+    assert.equal(answer.headers["content-type"], "application/x-ndjson");
+    assert.equal(answer.headers["siding-batch"], "v1");
+    assert.equal(answer.rest, "", "every line ends with \\n");
+    const results = lines.map((line) => JSON.parse(line));
+    assert.equal(results.at(-1).id, "orders/0/0", "the slow one last");
+    assert.deepEqual(
+      results.sort((x, y) => x.id.localeCompare(y.id)),
+      [
+        { id: "orders/0/0", verdict: "ack" },
+        { id: "orders/0/1", verdict: "ack" },
+        { id: "orders/0/2", verdict: "dead", reason: "bad record" },
+        { id: "orders/0/3", verdict: "retry", reason: "database is down" },
+      ],
+    );
+  });
+
+  it("answers a batch not asked as a stream with one JSON answer", async () => {
+    // An older siding does not ask for the stream: it gets the one answer it reads.
+    for (const accept of [undefined, "application/json", "application/x-ndjsonx"]) {
+      const b = batch(["ok"], accept === undefined ? {} : { accept });
+      const r = await post(server.url, b.headers, b.body);
+      assert.equal(r.headers["content-type"], "application/json", String(accept));
+      assert.deepEqual(JSON.parse(r.text), { results: [{ id: "orders/0/0", verdict: "ack" }] });
+    }
+  });
+});

@@ -284,29 +284,68 @@ final class Envelope {
     }
     List<Object> results = new ArrayList<>(given.size());
     for (int i = 0; i < given.size(); i++) {
-      Reply reply = given.get(i);
-      Map<String, Object> result = new LinkedHashMap<>();
-      result.put("id", ids.get(i));
-      switch (reply.verdict()) {
-        case ACK -> {
-          result.put("verdict", "ack");
-          if (!reply.outputs().isEmpty()) {
-            result.put("outputs", outputsJson(reply.outputs()));
-          }
-        }
-        case DEAD -> {
-          result.put("verdict", "dead");
-          result.put("reason", reply.reason());
-        }
-        case RETRY, BACKOFF -> {
-          result.put("verdict", "retry");
-          reply.after().ifPresent(after -> result.put("after", Reply.seconds(after)));
-          result.put("reason", reply.reason());
-        }
-      }
-      results.add(result);
+      results.add(result(ids.get(i), given.get(i)));
     }
     return new HttpAnswer(
         200, Map.of("content-type", "application/json"), Json.write(Map.of("results", results)));
+  }
+
+  /** One delivery's result as a batch answer (or a line of the stream) carries it. */
+  private static Map<String, Object> result(String id, Reply reply) {
+    Map<String, Object> result = new LinkedHashMap<>();
+    result.put("id", id);
+    switch (reply.verdict()) {
+      case ACK -> {
+        result.put("verdict", "ack");
+        if (!reply.outputs().isEmpty()) {
+          result.put("outputs", outputsJson(reply.outputs()));
+        }
+      }
+      case DEAD -> {
+        result.put("verdict", "dead");
+        result.put("reason", reply.reason());
+      }
+      case RETRY, BACKOFF -> {
+        result.put("verdict", "retry");
+        reply.after().ifPresent(after -> result.put("after", Reply.seconds(after)));
+        result.put("reason", reply.reason());
+      }
+    }
+    return result;
+  }
+
+  // A batch's results streamed as they finish, one JSON object per line (siding asks for it with
+  // accept): a slow delivery no longer holds back its batch-mates' answers.
+  static final String RESULT_STREAM_TYPE = "application/x-ndjson";
+  // Said on every answer of the handler: this server reads the batch envelope and streams its
+  // results when asked, so a route without a batch key sends it batches (docs/batch.md).
+  static final String READS_BATCHES = "siding-batch";
+  static final String READS_BATCHES_VERSION = "v1";
+
+  /** An answer of the handler: it says this server reads batches. */
+  static HttpAnswer said(HttpAnswer answer) {
+    Map<String, String> headers = new LinkedHashMap<>(answer.headers());
+    headers.put(READS_BATCHES, READS_BATCHES_VERSION);
+    return new HttpAnswer(answer.status(), headers, answer.body());
+  }
+
+  /** Whether the request's sender reads a batch's results as a stream (its accept headers). */
+  static boolean acceptsResultStream(List<String> accept) {
+    if (accept == null) {
+      return false;
+    }
+    for (String value : accept) {
+      for (String part : value.split(",")) {
+        if (part.split(";", 2)[0].trim().toLowerCase(Locale.ROOT).equals(RESULT_STREAM_TYPE)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  /** One delivery's result as a line of the stream. */
+  static String resultLine(String id, Reply reply) {
+    return Json.write(result(id, reply)) + "\n";
   }
 }

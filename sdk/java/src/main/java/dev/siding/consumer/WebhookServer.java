@@ -5,6 +5,7 @@ import com.sun.net.httpserver.HttpServer;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.InterruptedIOException;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -14,7 +15,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -26,9 +30,11 @@ import java.util.logging.Logger;
 /**
  * An HTTP server (the JDK's com.sun.net.httpserver) answering siding's webhooks with one handler:
  * it verifies the Standard Webhooks signature (401 without calling the handler when it does not
- * verify), reads one delivery or a batch (docs/batch.md), and answers with the handler's replies.
- * A body over {@code maxBodyBytes} is answered 413, a request that is not siding's 400, OPTIONS
- * (siding's liveness probe) 204.
+ * verify), reads one delivery or a batch (docs/batch.md), and answers with the handler's replies:
+ * a batch whose request accepts {@code application/x-ndjson} gets one result line per delivery,
+ * written as its handler returns. Every answer of the handler says {@code siding-batch: v1}, so a
+ * route without a batch key sends batches. A body over {@code maxBodyBytes} is answered 413, a
+ * request that is not siding's 400, OPTIONS (siding's liveness probe) 204.
  *
  * <pre>{@code
  * WebhookServer server = WebhookServer.builder(handler).secret(secret).port(8080).build().start();
@@ -175,23 +181,20 @@ public final class WebhookServer implements AutoCloseable {
       inFlight += stopping ? 0 : 1;
     }
     try (exchange) {
-      Envelope.HttpAnswer answer;
+      Answer answer;
       try {
-        answer = stopping ? plain(503, "the consumer is stopping") : answer(exchange);
+        answer = stopping ? new Whole(plain(503, "the consumer is stopping")) : answer(exchange);
       } catch (RuntimeException | IOException e) {
         LOG.log(Level.WARNING, "webhook request failed", e);
-        answer = plain(500, "the consumer failed to read the request");
+        answer = new Whole(plain(500, "the consumer failed to read the request"));
       }
       if (stopping) {
         exchange.getResponseHeaders().set("connection", "close");
       }
-      byte[] body = answer.body().getBytes(StandardCharsets.UTF_8);
-      answer.headers().forEach((name, value) -> exchange.getResponseHeaders().set(name, value));
-      exchange.sendResponseHeaders(answer.status(), body.length == 0 ? -1 : body.length);
-      if (body.length > 0) {
-        try (OutputStream out = exchange.getResponseBody()) {
-          out.write(body);
-        }
+      if (answer instanceof Streamed batch) {
+        stream(exchange, batch); // on this thread: stop() waits for it like any other answer
+      } else if (answer instanceof Whole whole) {
+        send(exchange, whole.answer());
       }
     } finally {
       if (!stopping) {
@@ -203,29 +206,81 @@ public final class WebhookServer implements AutoCloseable {
     }
   }
 
+  /** How a request is answered: whole, or a batch's results line by line as they finish. */
+  private sealed interface Answer permits Whole, Streamed {}
+
+  private record Whole(Envelope.HttpAnswer answer) implements Answer {}
+
+  private record Streamed(List<String> ids, List<CompletableFuture<Reply>> replies) implements Answer {}
+
+  private static void send(HttpExchange exchange, Envelope.HttpAnswer answer) throws IOException {
+    byte[] body = answer.body().getBytes(StandardCharsets.UTF_8);
+    answer.headers().forEach((name, value) -> exchange.getResponseHeaders().set(name, value));
+    exchange.sendResponseHeaders(answer.status(), body.length == 0 ? -1 : body.length);
+    if (body.length > 0) {
+      try (OutputStream out = exchange.getResponseBody()) {
+        out.write(body);
+      }
+    }
+  }
+
+  /**
+   * A batch answered as it finishes: one line per delivery, written and flushed when its handler
+   * returns, so a slow delivery holds back no other's answer (siding settles each as its line
+   * comes); the chunked answer ends once every delivery has its line.
+   */
+  private static void stream(HttpExchange exchange, Streamed batch) throws IOException {
+    int count = batch.ids().size();
+    BlockingQueue<Integer> finished = new ArrayBlockingQueue<>(Math.max(count, 1));
+    for (int n = 0; n < count; n++) {
+      int index = n;
+      batch.replies().get(n).whenComplete((reply, error) -> finished.add(index));
+    }
+    exchange.getResponseHeaders().set("content-type", Envelope.RESULT_STREAM_TYPE);
+    exchange.getResponseHeaders().set(Envelope.READS_BATCHES, Envelope.READS_BATCHES_VERSION);
+    exchange.sendResponseHeaders(200, 0); // 0: chunked, its length is not known yet
+    try (OutputStream out = exchange.getResponseBody()) {
+      out.flush(); // the headers, before any handler is done
+      for (int left = count; left > 0; left--) {
+        int n = finished.take();
+        Reply reply;
+        try {
+          reply = batch.replies().get(n).join();
+        } catch (CompletionException e) { // what Run.handler does not catch: as a throw
+          reply = Reply.forThrow(e.getCause());
+        }
+        out.write(Envelope.resultLine(batch.ids().get(n), reply).getBytes(StandardCharsets.UTF_8));
+        out.flush();
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new InterruptedIOException("stopped while streaming a batch's results");
+    }
+  }
+
   private static Envelope.HttpAnswer plain(int status, String text) {
     return new Envelope.HttpAnswer(status, Map.of("content-type", "text/plain; charset=utf-8"), text);
   }
 
-  private Envelope.HttpAnswer answer(HttpExchange exchange) throws IOException {
+  private Answer answer(HttpExchange exchange) throws IOException {
     String method = exchange.getRequestMethod();
     if (method.equals("OPTIONS")) {
-      return new Envelope.HttpAnswer(204, Map.of(), "");
+      return new Whole(new Envelope.HttpAnswer(204, Map.of(), ""));
     }
     // A route may send with POST, PUT or PATCH ([route.http] method), to any path.
     if (!DELIVERY_METHODS.contains(method)) {
-      return plain(405, "siding deliveries are POSTed, PUT or PATCHed");
+      return new Whole(plain(405, "siding deliveries are POSTed, PUT or PATCHed"));
     }
     byte[] body = read(exchange.getRequestBody(), maxBodyBytes);
     if (body == null) {
-      return plain(413, "request body over " + maxBodyBytes + " bytes");
+      return new Whole(plain(413, "request body over " + maxBodyBytes + " bytes"));
     }
     com.sun.net.httpserver.Headers headers = exchange.getRequestHeaders();
     String encoding = headers.getFirst("content-encoding");
     try {
       body = BodyEncoding.decode(encoding, body, maxBodyBytes);
     } catch (BodyEncoding.BodyEncodingException e) {
-      return plain(e.status(), e.getMessage());
+      return new Whole(plain(e.status(), e.getMessage()));
     }
     if (encoding != null) { // the handler sees the decoded body (the request's headers are read-only)
       com.sun.net.httpserver.Headers decoded = new com.sun.net.httpserver.Headers();
@@ -237,7 +292,7 @@ public final class WebhookServer implements AutoCloseable {
       try {
         verifier.verify(headers, body);
       } catch (WebhookVerificationException e) {
-        return plain(401, "webhook verification failed: " + e.getMessage());
+        return new Whole(plain(401, "webhook verification failed: " + e.getMessage()));
       }
     }
     try {
@@ -249,15 +304,17 @@ public final class WebhookServer implements AutoCloseable {
         for (Delivery delivery : deliveries) {
           replies.add(CompletableFuture.supplyAsync(() -> Run.handler(handler, delivery, Call.WEBHOOK_BATCH), executor));
         }
-        return Envelope.batch(
-            deliveries.stream().map(Delivery::id).toList(),
-            replies.stream().map(CompletableFuture::join).toList());
+        List<String> ids = deliveries.stream().map(Delivery::id).toList();
+        if (Envelope.acceptsResultStream(headers.get("accept"))) {
+          return new Streamed(ids, replies);
+        }
+        return new Whole(Envelope.said(Envelope.batch(ids, replies.stream().map(CompletableFuture::join).toList())));
       }
       Delivery delivery = Envelope.fromRequest(headers, body);
       single.incrementAndGet();
-      return Envelope.single(Run.handler(handler, delivery, Call.WEBHOOK));
+      return new Whole(Envelope.said(Envelope.single(Run.handler(handler, delivery, Call.WEBHOOK))));
     } catch (Envelope.EnvelopeException e) {
-      return plain(400, e.getMessage());
+      return new Whole(plain(400, e.getMessage()));
     }
   }
 

@@ -4,9 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -17,7 +20,9 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Comparator;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -237,5 +242,91 @@ class WebhookServerTest {
     release.countDown();
     assertEquals(204, answer.get(10, TimeUnit.SECONDS).statusCode());
     stopping.get(15, TimeUnit.SECONDS);
+  }
+
+  static Map<String, String> batchHeaders(String id, byte[] body, String accept) {
+    var headers = sidingHeaders(id, body);
+    headers.put("content-type", "application/cloudevents-batch+json");
+    if (accept != null) {
+      headers.put("accept", accept);
+    }
+    return headers;
+  }
+
+  @Test
+  void everyAnswerOfTheHandlerSaysItReadsBatches() throws Exception {
+    // siding sends a route without a batch key its deliveries in batches once the consumer says so.
+    byte[] body = "dead".getBytes(StandardCharsets.UTF_8);
+    var single = send("POST", sidingHeaders("orders/0/1", body), body);
+    assertEquals(422, single.statusCode());
+    assertEquals(Optional.of("v1"), single.headers().firstValue("siding-batch"));
+    byte[] batch = ("[" + event(2, "ok") + "]").getBytes(StandardCharsets.UTF_8);
+    var answered = send("POST", batchHeaders("batch:orders/0/2:1", batch, null), batch);
+    assertEquals(200, answered.statusCode());
+    assertEquals(Optional.of("v1"), answered.headers().firstValue("siding-batch"));
+  }
+
+  @Test
+  void aBatchNotAskedAsAStreamGetsOneJsonAnswer() throws Exception {
+    // An older siding does not ask for the stream: it gets the one answer it reads.
+    byte[] batch = ("[" + event(3, "ok") + "]").getBytes(StandardCharsets.UTF_8);
+    for (String accept : java.util.Arrays.asList(null, "application/json", "application/x-ndjsonx")) {
+      var r = send("POST", batchHeaders("batch:orders/0/3:1", batch, accept), batch);
+      assertEquals(Optional.of("application/json"), r.headers().firstValue("content-type"), accept);
+      assertEquals(Json.parse("{\"results\":[{\"id\":\"orders/0/3\",\"verdict\":\"ack\"}]}"), Json.parse(r.body()));
+    }
+  }
+
+  @Test
+  void aBatchAskedAsAStreamIsAnsweredLineByLineAsEachFinishes() throws Exception {
+    // The slow delivery waits until the test has read every other line: a server that held the
+    // lines back would never answer (siding settles each delivery as its line comes).
+    CountDownLatch release = new CountDownLatch(1);
+    WebhookServer streaming = WebhookServer.builder(d -> {
+      String text = new String(d.value(), StandardCharsets.UTF_8);
+      if (text.equals("slow")) {
+        release.await();
+      } else if (text.equals("throw")) {
+        throw new IllegalStateException("database is down");
+      }
+      return text.equals("dead") ? Reply.dead("bad record") : Reply.ack();
+    }).secret(SECRET).grace(Duration.ofSeconds(1)).build().start();
+    try {
+      byte[] body = ("[" + event(0, "slow") + "," + event(1, "ok") + "," + event(2, "dead") + ","
+          + event(3, "throw") + "]").getBytes(StandardCharsets.UTF_8);
+      HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(streaming.url()))
+          .POST(HttpRequest.BodyPublishers.ofByteArray(body));
+      batchHeaders("batch:orders/0/0:4", body, "application/x-ndjson, application/json").forEach(request::header);
+      List<String> lines = new ArrayList<>();
+      var response = assertTimeoutPreemptively(Duration.ofSeconds(20), () -> {
+        var r = http.send(request.build(), HttpResponse.BodyHandlers.ofInputStream());
+        try (var reader = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
+          for (String line; (line = reader.readLine()) != null; ) {
+            lines.add(line);
+            if (lines.size() == 3) {
+              release.countDown(); // only once the fast ones' lines were read
+            }
+          }
+        }
+        return r;
+      }, "a server that holds the lines back never answers");
+      assertEquals(200, response.statusCode());
+      assertEquals(Optional.of("application/x-ndjson"), response.headers().firstValue("content-type"));
+      assertEquals(Optional.of("v1"), response.headers().firstValue("siding-batch"));
+      List<Map<?, ?>> results = new ArrayList<>();
+      for (String line : lines) {
+        results.add((Map<?, ?>) Json.parse(line));
+      }
+      assertEquals("orders/0/0", results.get(3).get("id"), "the slow one last: " + lines);
+      results.sort(Comparator.comparing(r -> (String) r.get("id")));
+      assertEquals(Json.parse("[{\"id\":\"orders/0/0\",\"verdict\":\"ack\"},"
+          + "{\"id\":\"orders/0/1\",\"verdict\":\"ack\"},"
+          + "{\"id\":\"orders/0/2\",\"verdict\":\"dead\",\"reason\":\"bad record\"},"
+          + "{\"id\":\"orders/0/3\",\"verdict\":\"retry\",\"reason\":\"database is down\"}]"), results);
+      assertEquals(new WebhookServer.Stats(0, 1, 4), streaming.stats());
+    } finally {
+      release.countDown();
+      streaming.stop();
+    }
   }
 }
