@@ -326,16 +326,18 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
 
 
 def warm_up(seen: Seen, produce: Callable[[list[bytes]], None], run: PipelineRun) -> list[bytes]:
-    """Pairs of records until a request carried two: a worker that had heard the consumer."""
+    """Rounds of four records until a request carried several: a worker that had heard the
+    consumer (the wait is long: a loaded machine's Spark batches of four routes are slow)."""
     sent: list[bytes] = []
     for n in range(30):
-        pair = [f"warm-{n}-a".encode(), f"warm-{n}-b".encode()]
-        produce(pair)
-        sent += pair
+        round_ = [f"warm-{n}-{i}".encode() for i in range(4)]
+        produce(round_)
+        sent += round_
         wanted = set(sent)
         wait_until(
             lambda: {d.key for d in seen.deliveries} >= wanted,  # noqa: B023 (waited for here)
-            what="the warm-up pair",
+            timeout_s=120,
+            what="the warm-up round",
             check=run.check,
         )
         if seen.batches and max(seen.batches) > 1:
