@@ -278,6 +278,12 @@ class _Core:
             self.settings.behaviour, delivery_id, attempt, int(seq) if seq.isdigit() else None
         )
 
+    async def answer(self, delivery: Delivery) -> Reply:
+        """A delivery that came with its headers (gRPC, or an item of an HTTP batch)."""
+        headers = _text_headers(delivery.headers)
+        step = self.receive(delivery.id, delivery.attempt, headers, delivery.value, delivery.lane)
+        return _reply(self, await self.carry_out(step))
+
     async def carry_out(self, step: Plan) -> Fate:
         if step.fate is Fate.HANG:
             await asyncio.get_running_loop().create_future()  # cancelled by the server's stop
@@ -312,15 +318,8 @@ class _Running(Protocol):
 class _GrpcSim:
     def __init__(self, core: _Core, listen: str) -> None:
         self.core = core
-        self._server = ConsumerServer(self._handle, listen)
+        self._server = ConsumerServer(core.answer, listen)
         self.port = 0
-
-    async def _handle(self, delivery: Delivery) -> Reply:
-        headers = _text_headers(delivery.headers)
-        step = self.core.receive(
-            delivery.id, delivery.attempt, headers, delivery.value, delivery.lane
-        )
-        return _reply(self.core, await self.core.carry_out(step))
 
     async def start(self) -> None:
         await self._server.start()
@@ -389,14 +388,7 @@ class _HttpSim:
         except BatchEnvelopeError as exc:
             return web.Response(status=400, text=str(exc))
 
-        async def one(delivery: Delivery) -> Reply:
-            headers = _text_headers(delivery.headers)
-            step = self.core.receive(
-                delivery.id, delivery.attempt, headers, delivery.value, delivery.lane
-            )
-            return _reply(self.core, await self.core.carry_out(step))
-
-        results = await answer_batch(one, deliveries)
+        results = await answer_batch(self.core.answer, deliveries)
         return web.Response(body=batch_answer(results), content_type="application/json")
 
     async def _stream_batch(self, request: web.Request, body: bytes) -> web.StreamResponse:
@@ -411,11 +403,7 @@ class _HttpSim:
         await response.prepare(request)
 
         async def one(delivery: Delivery) -> bytes:
-            headers = _text_headers(delivery.headers)
-            step = self.core.receive(
-                delivery.id, delivery.attempt, headers, delivery.value, delivery.lane
-            )
-            return result_line(delivery.id, _reply(self.core, await self.core.carry_out(step)))
+            return result_line(delivery.id, await self.core.answer(delivery))
 
         for line in asyncio.as_completed([one(d) for d in deliveries]):
             await response.write(await line)
