@@ -22,10 +22,10 @@ def _imports(_rows: Iterable[int]) -> Iterator[tuple[str, int, list[str]]]:
     from siding.pipeline.executor import daemon, warm
 
     warm.warm(0)  # the task code's own start (the worker's runtime)
-    fresh = set(sys.modules) - daemon.preloaded
+    fresh = set(sys.modules) - daemon.PRELOADED
     yield (
         pyspark.__file__ or "",
-        len(daemon.preloaded),
+        len(daemon.PRELOADED),
         sorted(m for m in fresh if m.split(".")[0] in TASK_CODE),
     )
 

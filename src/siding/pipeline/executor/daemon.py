@@ -42,7 +42,7 @@ PRELOAD = (
 )
 
 # The modules the daemon had before it forked (each worker inherits them; tests compare).
-preloaded: frozenset[str] = frozenset()
+PRELOADED: set[str] = set()
 
 
 def installed_pyspark(path: Sequence[str]) -> str | None:
@@ -90,8 +90,7 @@ def threads() -> int:
 
 
 def main() -> None:
-    global preloaded
-    preloaded = preload()
+    PRELOADED.update(preload())
     running = threads()
     if running != 1:
         print(
@@ -108,11 +107,10 @@ def main() -> None:
     gc.freeze()
     from pyspark import daemon
 
-    daemon.manager()  # type: ignore[no-untyped-call]
+    daemon.manager()
 
 
 if __name__ == "__main__":
-    # Under its own name, so that the workers find ``preloaded`` where they import it from.
-    from siding.pipeline.executor import daemon as this
-
-    this.main()
+    # Run as ``-m``: main runs in the module under its own name, where the workers find
+    # ``PRELOADED``.
+    importlib.import_module(__spec__.name).main()
