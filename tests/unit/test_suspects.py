@@ -227,7 +227,7 @@ async def test_slow_innocent_suspects_do_not_wait_for_each_other() -> None:
     # Given a consumer with 0.4 s calls that dies once (not because of a message) with 40 out
     consumer = CrashingTransport(dies_once_on(39), latency_s=0.4)
     settings = DispatchSettings(
-        max_in_flight=200, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER
+        max_in_flight=200, deadline_s=2.0, lanes=LANES, breaker=FAST_BREAKER, recovery_s=0.05
     )
     # When the slice is dispatched: one suspect after another, each alone for its solo time
     # (one at a time until each answered would take 40 x 0.4 s)
@@ -368,3 +368,66 @@ async def test_a_death_with_calls_out_opens_the_breaker_at_the_death_pace() -> N
     assert opened and all(t.death and t.open_for_s == 0.1 for t in opened)
     assert all(isinstance(s.step, Done) for s in report.settled)
     assert time.monotonic() - started < 4.0
+
+
+# --- suspects wait for the consumer to have served a while after it is back (stop 38) ---------
+
+
+def resends(consumer: CrashingTransport) -> list[float]:
+    """When each delivery after a message's first went out (monotonic seconds)."""
+    seen: set[str] = set()
+    again = []
+    for at, delivery in consumer.log:
+        if delivery in seen:
+            again.append(at)
+        seen.add(delivery)
+    return again
+
+
+async def test_the_crowd_at_a_death_goes_again_only_recovery_s_after_the_consumer_is_back() -> None:
+    # Given a pill among 40 messages all out at once, a consumer back 0.05 s after each death,
+    # and a recovery time of 0.3 s (no random spread)
+    work = items(40)
+    pill = work[10].delivery.id
+    consumer = CrashingTransport(lambda d: d.id == pill, restart_s=0.05)
+    settings = replace(SETTINGS, max_in_flight=40, recovery_s=0.3)
+    report = await asyncio.wait_for(dispatch(consumer, work, settings, rand=lambda: 0.0), 20)
+    # Then no message out at the first death (the crowd: the pill is one of them, unknown) went
+    # out again before the consumer was back and had served others for the recovery time:
+    # the pill's first lone death cannot come right after the restart
+    first_death = next(at for at, i in consumer.log if i == pill)
+    again = resends(consumer)
+    assert again and min(again) - first_death >= 0.05 + 0.3 - 0.01, min(again) - first_death
+    assert report.stats.convicted == 1
+    assert consumer.deaths == settings.crash_limit + 1
+
+
+async def test_suspects_handed_to_another_dispatch_wait_recovery_s_from_its_start() -> None:
+    # Given a park-lane slice of messages that died in a crowd elsewhere, the consumer up
+    work = [Work(w.delivery, deaths=1) for w in items(10)]
+    consumer = CrashingTransport(lambda _: False)
+    settings = replace(SETTINGS, recovery_s=0.3)
+    started = time.monotonic()
+    report = await asyncio.wait_for(dispatch(consumer, work, settings, rand=lambda: 0.0), 10)
+    # Then the first of them went out only after the recovery time (the consumer may have come
+    # back just now), and all were delivered
+    assert min(at for at, _ in consumer.log) - started >= 0.3 - 0.01
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert report.stats.isolations == 10
+
+
+async def test_suspects_turned_away_by_a_consumer_that_is_down_wait_for_its_recovery() -> None:
+    # Given a consumer that another worker's pill killed just now (back in 0.2 s), and a slice
+    # of suspects due at once: lone deaths carried from an earlier batch
+    consumer = CrashingTransport(lambda d: d.id == "elsewhere", restart_s=0.2)
+    sacrifice = Delivery("elsewhere", "trips", 0, 999, None, b"x")
+    await consumer.send(sacrifice, 1.0)
+    back_at = time.monotonic() + 0.2
+    work = [Work(w.delivery, deaths=2, lone=1) for w in items(5)]
+    settings = replace(SETTINGS, recovery_s=0.3)
+    report = await asyncio.wait_for(dispatch(consumer, work, settings, rand=lambda: 0.0), 10)
+    # Then after the first was turned away none went out until the consumer was back and had
+    # served a while: not one right after its restart
+    delivered = [at for at, i in consumer.log if i != "elsewhere"]
+    assert delivered and min(delivered) >= back_at + 0.3 - 0.01, min(delivered) - back_at
+    assert all(isinstance(s.step, Done) for s in report.settled)

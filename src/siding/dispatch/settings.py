@@ -30,7 +30,9 @@ class DispatchSettings:
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
     park: ParkSettings = field(default_factory=ParkSettings)
     crash_limit: int = 3
-    # How long a suspect that alone killed the consumer waits before it may go again.
+    # How long a suspect waits, once the consumer is back from a death it was out at (alone or
+    # in a crowd) or from an outage that turned it away, before it may go again: the consumer
+    # serves the others in between.
     recovery_s: float = 5.0
     # A suspect's pause after a death or a refusal is random in [0, this): tasks in other
     # processes see the consumer come back at the same moment, and their suspects must not go

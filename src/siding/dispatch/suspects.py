@@ -156,6 +156,10 @@ class Suspects:
         """A suspect waits for its turn, not before ``due_ms``."""
         self._waiting[index] = due_ms
 
+    def due_ms(self, index: int) -> int | None:
+        """When waiting suspect ``index`` may go; ``None`` when it is not waiting."""
+        return self._waiting.get(index)
+
     def next_due_ms(self) -> int | None:
         return min(self._waiting.values()) if self._waiting else None
 

@@ -132,8 +132,10 @@ class _Window:
         # When each item was first told "back off", and the breaker's ``ups`` then.
         self._backoff_since: dict[int, tuple[int, int]] = {}
         self._suspects = Suspects(settings.crash_limit)
-        # Suspects that alone killed the consumer, waiting for it to be back (breaker CLOSED).
-        self._recovering: set[int] = set()
+        # Suspects the consumer died with (or turned away), waiting for it to be back (breaker
+        # CLOSED); then each waits ``recovery_s`` more, and not less than until its own due
+        # time (epoch ms, 0 for none) kept here.
+        self._recovering: dict[int, int] = {}
         for index, item in enumerate(work):
             self._suspects.seed(index, item.deaths, breaker.served, item.lone)
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
@@ -166,6 +168,7 @@ class _Window:
             watch.add_done_callback(lambda _: self._wake.set())
         try:
             self._release(self._lines.start())
+            self._recover_seeded()
             while self._unsettled:
                 self._wake.clear()
                 if self._stop is not None and self._stop.is_set():
@@ -407,17 +410,13 @@ class _Window:
         now_ms = self._now_ms()
         recovering = False
         if outcome.lost:
-            lone = self._suspects.lone(index)
             conviction = self._suspects.died(index, self._breaker.served)
-            if self._suspects.lone(index) > lone and conviction is None:
-                # The consumer died on it alone: it is down. The breaker opens and probes; this
-                # suspect goes again only ``recovery_s`` after the consumer is back, so that the
-                # consumer serves the others between two of its deaths (else the main line would
-                # see one long outage).
-                self._breaker.trip()
-                self._wait_for_breaker()  # probes until it is back, even with nothing else due
-                self._recovering.add(index)
-                recovering = True
+            if conviction is None:
+                # The consumer died with it out (alone, or in a crowd): it is down. The breaker
+                # opens and probes; this suspect goes again only ``recovery_s`` after the
+                # consumer is back, so that the consumer serves the others between two deaths
+                # (else the main line sees two outages back to back: stop 38).
+                recovering = self._recover(index)
             if conviction is not None:
                 dead = conviction.dead_letter(outcome.reason)
                 log.warning("%s dead-lettered: %s", delivery.id, dead.reason)
@@ -426,6 +425,15 @@ class _Window:
                 return
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
             self._suspects.refused(index)
+            if not_there(outcome):
+                # Turned away by a consumer that is not there (restarting after a death another
+                # worker saw): it waits for it to be back, and then ``recovery_s``, as above;
+                # so do the suspects waiting their turn, which would meet it just back.
+                recovering = self._recover(index)
+                for other in self._suspects.waiting():
+                    if other not in self._recovering:
+                        self._recovering[other] = self._suspects.due_ms(other) or 0
+                        self._suspects.wait(other, _UNTIL_BACK_MS)
         else:
             self._suspects.answered(index)
             outcome = self._singled_out(index, outcome, now_ms)
@@ -561,6 +569,30 @@ class _Window:
         self._seq += 1
         heapq.heappush(self._due, (due_ms, self._seq, index))
 
+    def _recover(self, index: int) -> bool:
+        """The consumer is down with suspect ``index`` waiting: it goes again ``recovery_s``
+        after the breaker closes (the breaker opens now if it has not yet, and probes)."""
+        self._breaker.trip()
+        self._wait_for_breaker()  # probes until it is back, even with nothing else due
+        self._recovering[index] = 0
+        return True
+
+    def _recover_seeded(self) -> None:
+        """Suspects that arrive having died, but never alone (the crowd at a death, handed to
+        the park lane; a parked call the consumer went away with), died moments ago, maybe
+        while this worker's breaker saw nothing: they wait for the breaker to see the consumer
+        back (it opens now and probes), and then ``recovery_s``, as after a death here."""
+        fresh = [
+            i for i in self._suspects.waiting() if self._work[i].deaths and not self._work[i].lone
+        ]
+        if not fresh:
+            return
+        for index in fresh:
+            self._recovering[index] = self._work[index].not_before_ms
+            self._suspects.wait(index, _UNTIL_BACK_MS)
+        self._breaker.trip()
+        self._wait_for_breaker()
+
     def _wait_for_breaker(self) -> None:
         if self._breaker_wait is not None:
             return
@@ -579,11 +611,13 @@ class _Window:
     def _on_breaker_change(self, transition: BreakerTransition) -> None:
         self._stats.breaker_changed(transition)
         if transition.after is BreakerState.CLOSED and self._recovering:
-            # The consumer is back: the suspects that killed it go again after a while.
-            due_ms = self._now_ms() + round(self._settings.recovery_s * 1000)
-            for index in self._recovering:
-                spread_ms = self._settings.suspect_spread_s * 1000 * self._rand()
-                self._suspects.wait(index, due_ms + round(spread_ms))
+            # The consumer is back: the suspects it died with, or that it turned away, go again
+            # once it has served the others a while (not before their own time), in their
+            # order (one pause for all: the spread is between processes).
+            spread_s = self._settings.suspect_spread_s * self._rand()
+            due_ms = self._now_ms() + round((self._settings.recovery_s + spread_s) * 1000)
+            for index, keep_ms in self._recovering.items():
+                self._suspects.wait(index, max(keep_ms, due_ms))
             self._recovering.clear()
         self._wake.set()
 
