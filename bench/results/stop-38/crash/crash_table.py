@@ -1,4 +1,5 @@
-"""One table row per run folder here: ``python bench/results/stop-38/crash/table.py [RUN ...]``.
+"""One table row per run folder here:
+``python bench/results/stop-38/crash/crash_table.py [RUN ...]``.
 
 Besides stop 36's columns: the seconds from the consumer's first restart to the pill's second
 death (the first it dies alone), and how many times the consumer received the pill (from the
