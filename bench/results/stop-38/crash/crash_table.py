@@ -9,6 +9,7 @@ consumer's record file the runner keeps: one receipt per death when every death 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -23,10 +24,10 @@ def ms(value: Any) -> str:
 
 
 def pill_receipts(name: str) -> str:
-    files = [f for f in (HERE / name / "records").glob("crash-*.csv") if "none" not in f.name]
+    files = [f for f in (HERE / name / "records").glob("*crash-*.csv*") if "none" not in f.name]
     if not files:
         return "n/a"
-    with files[0].open() as f:
+    with gzip.open(files[0], "rt") if files[0].suffix == ".gz" else files[0].open() as f:
         return str(sum(1 for row in csv.reader(f) if len(row) > 4 and row[4] == PILL_SEQ))
 
 
