@@ -4,6 +4,7 @@ BACKOFF and on many RETRYs, and stays in bounds (docs/dispatch.md, "Adaptive con
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import statistics
 from collections.abc import Callable
@@ -15,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from siding.dispatch.adaptive import (
+    DESCENT_GAIN,
     MIN_SAMPLES,
-    RAMP_SAMPLES,
-    RAMP_STALL_S,
+    ROUND_SAMPLES,
     AdaptiveSettings,
     Limit,
     initial_limit,
+    on_send,
     percentile,
-    ramp_if_stalled,
     rebound,
     update,
 )
@@ -43,33 +44,37 @@ def run_consumer(
     max_in_flight: int = 64,
     adaptive: AdaptiveSettings = ON,
     seed: int = 1,
-    ramp: bool = True,
+    descend: bool = True,
     burst: bool = False,
 ) -> list[tuple[float, int]]:
     """A backlog sent to ``consumer`` under the limit (a new call whenever a slot is free), as
-    the window does; (answer time, limit after it) for every answer. ``ramp``: the limit starts
-    at the floor and ramps up, as a route's window does; else at the top. ``burst``: the calls
-    sent at once all find each other open (as through a real transport, where a burst arrives
-    before the consumer answers any of it); else each finds only those sent before it."""
+    the window does; (answer time, limit after it) for every answer. ``descend``: the limit
+    starts at the top and descends, as a route's window does; else it only takes the first
+    window's latency for its baseline. ``burst``: the calls sent at once all find each other
+    open (as through a real transport, where a burst arrives before the consumer answers any of
+    it); else each finds only those sent before it. Every event has a time of its own (1 us
+    apart at least), as on a real clock."""
     rnd = random.Random(seed)
-    state = initial_limit(max_in_flight, adaptive, ramp=ramp)
+    state = initial_limit(max_in_flight, adaptive, descend=descend)
     now = 0.0
-    out: list[tuple[float, float, OutcomeKind]] = []  # (answer at, took, answer)
+    out: list[tuple[float, float, OutcomeKind]] = []  # (answer at, sent at, answer)
     trace: list[tuple[float, int]] = []
-    while now < seconds:
+
+    def fill(state: Limit) -> Limit:
         sending = max(0, state.current - len(out))
         for i in range(sending):
             took, kind = consumer(len(out) + (sending - i if burst else 1), rnd, now)
-            heapq.heappush(out, (now + took, took, kind))
-        state, ramp_in = ramp_if_stalled(state, now)
-        if len(out) < state.current:
-            continue
-        if ramp_in is not None and now + ramp_in < out[0][0]:
-            now += ramp_in
-            continue
-        now, took, kind = heapq.heappop(out)
-        state = update(state, kind, took, now, adaptive)
+            heapq.heappush(out, (now + took, now, kind))
+            state = on_send(state, len(out))
+        return state
+
+    state = fill(state)
+    while now < seconds:
+        at, sent, kind = heapq.heappop(out)
+        now = max(at, now + 1e-6)
+        state = update(state, kind, now - sent, now, adaptive)
         trace.append((now, state.current))
+        state = fill(state)
     return trace
 
 
@@ -93,87 +98,122 @@ def window(state: Limit, latency_s: float, now: float, n: int = MIN_SAMPLES) -> 
     return state
 
 
+def round_of(state: Limit, latency_s: float, now: float, out: int | None = None) -> Limit:
+    """One round of the descent: ``out`` calls sent at ``now`` (the window's peak; the limit
+    when omitted), of which ``ROUND_SAMPLES`` are answered in ``latency_s``, 1 ms apart."""
+    for n in range(1, (out or state.current) + 1):
+        state = on_send(state, n)
+    for i in range(ROUND_SAMPLES):
+        state = update(state, ACK, latency_s + i / 1000, now + latency_s + i / 1000, ON)
+    return state
+
+
 def test_a_dispatch_that_keeps_no_limit_starts_at_the_max() -> None:
     assert initial_limit(100, ON).current == 100
-    assert not initial_limit(100, ON).ramping
+    assert not initial_limit(100, ON).descending
 
 
-def test_a_fresh_limit_starts_at_the_floor_and_doubles_each_round_trip() -> None:
-    # Given a fresh limit (floor 2) and a consumer that answers every call in 20 ms
-    state = initial_limit(100, ON, ramp=True)
-    assert (state.current, state.ramping) == (2, True)
-    # When each round trip's calls are answered
-    sizes = []
-    now = 0.0
-    for _ in range(4):
-        now += 0.02
-        for _ in range(state.current):
-            state = update(state, ACK, 0.02, now, ON)
-        sizes.append(state.current)
-    # Then the limit doubles each round: a fast consumer's first batch is not held back
-    assert sizes == [4, 8, 16, 32]
-    # And the baseline is the unloaded answers' latency
-    assert state.baseline_s == 0.02
+def test_a_fresh_limit_starts_at_the_top() -> None:
+    # A worker's first window of an endpoint sends its first calls together: a batch of a few
+    # records is not sent one by one (issue 27: the ramp from the floor serialised them)
+    state = rebound(None, 64, ON)
+    assert (state.current, state.descending) == (64, True)
+    assert initial_limit(64, ON, descend=True).current == 64
+    # (nothing to descend to when the floor is the top, nor when the limit is off)
+    assert not initial_limit(2, ON, descend=True).descending
+    assert not rebound(None, 64, AdaptiveSettings(enabled=False)).descending
 
 
-def test_the_ramp_ends_when_a_rounds_answers_rise_above_the_target() -> None:
-    # Given a ramp that measured a baseline of 20 ms and has reached 40, at the start of a round
-    state = initial_limit(100, ON, ramp=True)
-    for i in range(RAMP_SAMPLES):
-        state = update(state, ACK, 0.02, now=0.02 + i / 1000, settings=ON)
-    while state.current < 40 or state.samples:
-        state = update(state, ACK, 0.02, now=0.1, settings=ON)
-    assert state.ramping and state.baseline_s == 0.02
-    started = state.round_from
-    # When a round's fast answers take 82 ms (twice the target of 41 ms)
-    for i in range(RAMP_SAMPLES):
-        state = update(state, ACK, 0.082, now=0.2 + i / 1000, settings=ON)
-    # Then the ramp ends, cut from where the round began, and the baseline stays the unloaded one
-    assert not state.ramping
-    assert state.limit == pytest.approx(started / 2)
-    assert state.baseline_s == 0.02
+def test_small_batches_at_low_volume_stay_at_the_top() -> None:
+    # Given a fresh worker's windows of two records each (records produced in pairs), each
+    # answered, the next batch's window going on from the kept limit
+    state: Limit | None = None
+    for n in range(60):
+        state = rebound(state, 64, ON)
+        # Then each batch's pair goes out together
+        assert state.current == 64
+        for out in (1, 2):
+            state = on_send(state, out)
+        for i in range(2):
+            state = update(state, ACK, 0.005, now=n + i / 1000, settings=ON)
+    # (a round is judged within a batch: a batch of two says nothing about the consumer's knee)
+    assert state is not None and state.descending and state.rounds == 0
 
 
-def test_the_ramp_grows_on_retries_too() -> None:
-    # A consumer that answers RETRY to a share below the cut: the ramp must not wait for ACKs
-    state = initial_limit(64, ON, ramp=True)
+def test_the_first_round_is_a_burst_and_is_not_compared() -> None:
+    # Given a fresh limit whose first calls all went out at once
+    state = initial_limit(100, ON, descend=True)
+    # When their first ROUND_SAMPLES good answers are in
+    state = round_of(state, 0.3, now=0.0)
+    # Then its fast latency is a baseline for now, and the limit has not moved: a burst on new
+    # connections is slow for reasons of its own (a real route's first 64 calls took 0.27-0.37 s
+    # where the consumer's own latency was 20 ms)
+    assert state.descending and state.current == 100
+    assert state.baseline_s == pytest.approx(0.301)
+    assert state.rounds == 1 and state.last_fast_s is None
+
+
+def test_the_second_round_halves_what_the_window_had_out() -> None:
+    # Given a fresh limit of 100 after its first round, with 40 calls out (its demand, not 100)
+    state = round_of(initial_limit(100, ON, descend=True), 0.02, now=0.0, out=40)
+    # When the second round is judged
+    state = round_of(state, 0.02, now=1.0, out=40)
+    # Then the window is halved from what it had out
+    assert state.descending and state.current == 20
+    assert state.last_fast_s == pytest.approx(0.021)
+    assert state.last_limit == 100
+
+
+def test_the_descent_goes_on_while_halving_pays_and_ends_at_the_limit_before() -> None:
+    # Given a consumer past its knee: at 64 calls its fast answers take 580 ms, at 32 260 ms,
+    # at 16 100 ms, at 8 and fewer 20 ms
+    took = {64: 0.58, 32: 0.26, 16: 0.1, 8: 0.02, 4: 0.02}
+    state = round_of(initial_limit(64, ON, descend=True), 0.3, now=0.0)
+    limits = []
+    now = 1.0
+    while state.descending:
+        state = round_of(state, took[state.current], now=now)
+        limits.append(state.current)
+        now += 1.0
+    # Then each halving that made the answers faster (below DESCENT_GAIN of the last round's)
+    # is followed by another; the one that did not (8 to 4) is undone
+    assert max(0.26 / 0.58, 0.1 / 0.26, 0.02 / 0.1) < DESCENT_GAIN < 0.02 / 0.02
+    assert limits == [32, 16, 8, 4, 8]
+    # And the baseline is the unloaded latency: the gradient goes on from there
+    assert state.baseline_s == pytest.approx(0.021)
+    assert state.skip_until > now - 1.0
+
+
+def test_a_consumer_without_a_knee_loses_one_round_at_half() -> None:
+    state = round_of(initial_limit(64, ON, descend=True), 0.05, now=0.0)
+    state = round_of(state, 0.01, now=1.0)
+    assert state.current == 32
+    state = round_of(state, 0.01, now=2.0)
+    assert (state.current, state.descending) == (64, False)
+    assert state.baseline_s == pytest.approx(0.011)
+
+
+def test_a_descent_that_pays_down_to_the_floor_ends_there() -> None:
+    # A consumer whose latency follows its calls all the way down (no fixed cost at all)
+    state = round_of(initial_limit(16, ON, descend=True), 1.0, now=0.0)
+    now = 1.0
+    while state.descending:
+        state = round_of(state, 0.01 * state.current, now=now)
+        now += 1.0
+    assert state.current == ON.min_in_flight
+    assert state.baseline_s == pytest.approx(0.01 * ON.min_in_flight + 0.001)
+
+
+def test_a_round_samples_only_calls_sent_in_it() -> None:
+    # Given a descent whose second round has just halved the window (at 2.0 s)
+    state = round_of(round_of(initial_limit(64, ON, descend=True), 0.3, 0.0), 0.58, 1.0)
+    assert state.current == 32 and state.judge_from == pytest.approx(1.587)
+    # When the calls sent before the halving answer (under the old load) and RETRYs come
     for i in range(40):
-        kind = OutcomeKind.RETRY if i % 5 == 0 else ACK
-        state = update(state, kind, 0.01, now=i / 100, settings=ON)
-    assert state.current == 42
-
-
-def test_a_ramp_doubles_at_least_every_stall_time() -> None:
-    # A consumer that holds every call for 20 s: the ramp must not wait 20 s per doubling (its
-    # calls would block the batch's other records, head-of-line, until the first answers)
-    state = initial_limit(16, ON, ramp=True)
-    state, due = ramp_if_stalled(state, now=0.0)
-    assert (state.current, due) == (2, RAMP_STALL_S)
-    state, due = ramp_if_stalled(state, now=0.5 * RAMP_STALL_S)
-    assert state.current == 2 and due == pytest.approx(RAMP_STALL_S / 2)
-    sizes = []
-    for i in range(1, 5):
-        state, _ = ramp_if_stalled(state, now=i * RAMP_STALL_S)
-        sizes.append(state.current)
-    assert sizes == [4, 8, 16, 16]  # never above max_in_flight
-    # Answers that trickle in do not hold it back: it doubles from its last doubling
-    state = initial_limit(16, ON, ramp=True)
-    state, _ = ramp_if_stalled(state, now=0.0)
-    state = update(state, ACK, 0.5, now=0.5 * RAMP_STALL_S, settings=ON)
-    assert state.current == 3
-    state, _ = ramp_if_stalled(state, now=RAMP_STALL_S)
-    assert state.current == 4
-    # And answers that doubled it are its last doubling
-    for _ in range(4):
-        state = update(state, ACK, 0.01, now=1.2 * RAMP_STALL_S, settings=ON)
-    state, due = ramp_if_stalled(state, now=2.1 * RAMP_STALL_S)
-    assert state.current == 8 and due == pytest.approx(0.1 * RAMP_STALL_S)
-
-
-def test_a_limit_that_does_not_ramp_never_grows_by_time() -> None:
-    ended = Limit(8.0, low=2, high=16, baseline_s=0.02)
-    assert ramp_if_stalled(ended, now=100.0) == (ended, None)
-    assert ramp_if_stalled(initial_limit(16, ON), now=100.0)[1] is None  # at the top
+        state = update(state, ACK, 0.58, now=1.6 + i / 1000, settings=ON)
+        state = update(state, OutcomeKind.RETRY, 0.001, now=1.6 + i / 1000, settings=ON)
+    # Then none of them is a sample of the round
+    assert state.samples == () and state.current == 32
 
 
 def test_rising_latency_cuts_the_limit() -> None:
@@ -219,8 +259,9 @@ def test_the_limit_settles_at_a_queueing_consumers_knee(burst: bool) -> None:
     # (the target, twice 20 ms, is reached at 10 calls) and a backlog under max_in_flight = 64,
     # its calls sent at once arriving one by one, or all before it answers any (``burst``)
     trace = run_consumer(knee_consumer(0.02, 0.01, knee=8), seconds=30.0, burst=burst)
-    # Then the ramp overshoots the knee at most once, and within a second
-    assert max(after(trace, 1.0)) <= 16
+    # Then the first calls went out together, and the descent was over within 2 s
+    assert trace[0][1] == 64
+    assert max(after(trace, 2.0)) <= 16
     # And after a few seconds the limit stays between the knee and the target
     settled = after(trace, 5.0)
     assert min(settled) >= 8
@@ -229,10 +270,10 @@ def test_the_limit_settles_at_a_queueing_consumers_knee(burst: bool) -> None:
 
 
 def test_a_limit_that_starts_at_the_top_misses_the_knee_of_a_burst() -> None:
-    # Why the ramp: started at the top, the first answers of a burst are already slow (all 64
+    # Why the descent: started at the top, the first answers of a burst are already slow (all 64
     # calls are open at the consumer before it answers one), so the baseline is a loaded
     # latency and the limit never comes down (a real route held 63 of 64 calls so)
-    trace = run_consumer(knee_consumer(0.02, 0.01, knee=8), seconds=10.0, burst=True, ramp=False)
+    trace = run_consumer(knee_consumer(0.02, 0.01, knee=8), seconds=10.0, burst=True, descend=False)
     assert statistics.median(after(trace, 5.0)) == 64
 
 
@@ -245,7 +286,7 @@ def test_noise_does_not_flap_the_limit() -> None:
     ):
         trace = run_consumer(noisy, seconds=20.0)
         limits = after(trace, 1.0)
-        # Then the ramp reached the top and the window stays open: at most a small cut
+        # Then the descent's halving did not pay and the window stays open: at most a small cut
         assert min(limits) >= 48
         assert statistics.median(limits) == 64
 
@@ -272,9 +313,19 @@ def test_slow_messages_do_not_cut_the_window_of_the_fast_ones(slow_share: float)
         return (2.0 if rnd.random() < slow_share else 0.01), ACK
 
     trace = run_consumer(hol, seconds=30.0)
-    # Then the ramp reaches the top within a second and the window is never cut: the fast
-    # answers say the consumer is not saturated
-    assert min(after(trace, 1.0)) == 64
+    # Then the descent halved the window once and undid it: the fast answers say the consumer
+    # is not saturated. The halved round lasts until the slow calls left it a slot: 30 ms with
+    # one call in ten slow, one slow call's time (2 s) with four in ten, whose slow calls hold
+    # nearly every slot of a backlog's window
+    assert min(limit for _, limit in trace) == 32
+    halved = next(at for at, limit in trace if limit < 64)
+    back = next(at for at, limit in trace if at > halved and limit == 64)
+    assert back < (0.1 if slow_share < 0.2 else 2.1)
+    # And the window is open from then on (with four in ten slow, a window of answers that
+    # happen to be nearly all slow cuts it now and then, as before the descent)
+    assert statistics.median(after(trace, back)) == 64
+    if slow_share < 0.2:
+        assert min(after(trace, back + 0.01)) == 64
 
 
 def test_a_window_judges_by_its_fast_answers() -> None:
@@ -341,54 +392,34 @@ def test_an_overload_cut_grows_back_by_one_per_good_answer() -> None:
     assert state.limit == 40.0
 
 
-def test_an_outage_during_the_ramp_is_the_breakers_business() -> None:
-    # Given a fresh window ramping up to 400 calls of a consumer that answers in 0.5 s, killed
-    # mid-ramp (0.85 s in) and back 12 s later, as in tests/e2e/test_poison_pills.py's outage
+def test_an_outage_during_the_descent_is_the_breakers_business() -> None:
+    # Given a fresh window of 400 calls of a consumer that answers in 0.5 s, one round into its
+    # descent, when the consumer dies (as in tests/e2e/test_poison_pills.py's outage) with the
+    # second round half answered
     settings = AdaptiveSettings(enabled=True, min_in_flight=1)
-    state = initial_limit(400, settings, ramp=True)
-    kill_at, back_at, took = 0.85, 12.85, 0.5
-    now = 0.0
-    out: list[float] = []  # send times of the calls out, oldest first
-    while now < kill_at:
-        out += [now] * max(0, state.current - len(out))
-        state, ramp_in = ramp_if_stalled(state, now)
-        if len(out) < state.current:
-            continue
-        due = out[0] + took
-        if ramp_in is not None and now + ramp_in < due:
-            now += ramp_in
-            continue
-        if due >= kill_at:
-            break
-        now = due
-        state = update(state, ACK, now - out.pop(0), now, settings)
+    state = initial_limit(400, settings, descend=True)
+    for n in range(1, 401):
+        state = on_send(state, n)
+    for i in range(ROUND_SAMPLES):
+        state = update(state, ACK, 0.5, now=0.5 + i / 1000, settings=settings)
+    for i in range(ROUND_SAMPLES // 2):
+        state = update(state, ACK, 0.5, now=1.2 + i / 1000, settings=settings)
     before = state
-    assert before.ramping and before.baseline_s == pytest.approx(took)
-    assert 200 <= len(out) < 400  # killed with at least 200 calls out, the rest not sent yet
-    # When every call out comes back lost at once (BACKOFF, each with its own latency), and the
-    # breaker holds every send until the consumer is back
-    for sent in out:
-        state = update(state, OutcomeKind.BACKOFF, kill_at - sent, kill_at, settings)
-    # Then none of them is a latency sample, the baseline is the one measured before, the
-    # latency's limit is not cut, and the overload cut halved the window once
-    assert (state.baseline_s, state.samples, state.limit) == (before.baseline_s, (), before.limit)
-    assert state.current == before.current // 2
-    # And once the consumer is back the window regains its size within one round trip and
-    # reaches max_in_flight in the next (the ramp goes on from where the outage found it)
-    sizes: dict[int, int] = {}
-    now, out = back_at, []
-    while now < back_at + 2 * took + 0.01:
-        out += [now] * max(0, state.current - len(out))
-        now = out[0] + took
-        while out and out[0] + took <= now:
-            state = update(state, ACK, took, now, settings)
-            out.pop(0)
-        sizes[round((now - back_at) / took)] = state.current
-    assert sizes[1] >= before.current
-    assert sizes[2] == 400
-    assert state.baseline_s == before.baseline_s
-    # And the next batch's window goes on from there, not from the floor
-    assert rebound(state, 400, settings).current == state.current
+    assert before.descending and before.rounds == 1 and before.current == 400
+    # When every call out comes back lost at once (BACKOFF, each with its own latency)
+    for i in range(392):
+        state = update(state, OutcomeKind.BACKOFF, 0.5 + i / 1000, now=1.3, settings=settings)
+    # Then none of them is a sample, the descent and its baseline are where they were (the
+    # round starts again), and the overload cut halved the window once
+    assert (state.baseline_s, state.rounds, state.limit) == (
+        before.baseline_s,
+        before.rounds,
+        before.limit,
+    )
+    assert state.samples == () and state.judge_from == 1.3
+    assert state.current == 200
+    # And the next batch goes on from the kept limit, not from a cut one
+    assert rebound(state, 400, settings).current == 400
 
 
 def test_a_kept_limit_goes_on_under_the_next_batchs_bounds() -> None:
@@ -397,13 +428,23 @@ def test_a_kept_limit_goes_on_under_the_next_batchs_bounds() -> None:
     assert rebound(kept, 16, ON).current == 16
     assert rebound(kept, 16, ON).baseline_s == kept.baseline_s
     assert rebound(kept, 64, ON).current == 40
-    # none kept (a fresh worker or endpoint): a ramp from the floor
-    assert rebound(None, 64, ON).current == 2
-    assert rebound(None, 64, ON).ramping
-    # a ramp that measured no baseline yet starts again from the floor; one that did goes on
-    ramp = replace(initial_limit(64, ON, ramp=True), limit=30.0)
-    assert rebound(ramp, 64, ON).current == 2
-    assert rebound(replace(ramp, baseline_s=0.02), 64, ON).current == 30
+    # none kept (a fresh worker or endpoint): at the top, to descend
+    assert rebound(None, 64, ON).current == 64
+    assert rebound(None, 64, ON).descending
+    # a descent goes on where it was, its round begun afresh; the limit it would undo to is
+    # under the new bounds too
+    going = replace(
+        initial_limit(64, ON, descend=True),
+        limit=30.0,
+        rounds=2,
+        samples=(0.01,),
+        round_peak=30,
+        last_limit=60.0,
+        judge_from=5.0,
+    )
+    on = rebound(going, 40, ON)
+    assert (on.current, on.rounds, on.descending, on.last_limit) == (30, 2, True, 40.0)
+    assert (on.samples, on.round_peak, on.judge_from) == ((), 0, -math.inf)
     assert rebound(kept, 64, AdaptiveSettings(enabled=False)).current == 64
     # an overload cut lasts its batch, as it always did
     cut = update(kept, OutcomeKind.BACKOFF, 0.0, 0.0, ON)
@@ -445,15 +486,15 @@ def test_limit_stays_within_bounds(
     ratio: float,
     increase: float,
     seq: list[tuple[OutcomeKind, float, float]],
-    ramp: bool,
+    descend: bool,
 ) -> None:
     aimd = AdaptiveSettings(min_in_flight=min_in_flight, increase=increase, backoff_ratio=ratio)
-    state = initial_limit(max_in_flight, aimd, ramp=ramp)
+    state = initial_limit(max_in_flight, aimd, descend=descend)
     now = 0.0
     for kind, latency, dt in seq:
         now += dt
+        state = on_send(state, state.current)
         state = update(state, kind, latency, now, aimd)
-        state, _ = ramp_if_stalled(state, now)
         assert min(min_in_flight, max_in_flight) <= state.current <= max_in_flight
         assert state.limit <= max_in_flight
 

@@ -68,13 +68,13 @@ FAST_PERCENTILE = 0.25
 _SPREAD_SMOOTHING = 0.2
 # One window's cut is at most this: a spike is not a reason to drop to the floor.
 MAX_CUT = 0.5
-# A ramp's round is judged once it holds this many good answers: its fast latency is then the
-# second fastest of eight, which a few slow messages do not move.
-RAMP_SAMPLES = 8
-# While it ramps up, a full window doubles at least this often, answers or not: a slow consumer
-# (or one whose calls get parked) must not hold a batch's records back, head-of-line, for as many
-# of its latencies as the ramp has doublings.
-RAMP_STALL_S = 0.1
+# A round of the descent is judged once it holds this many good answers: its fast latency is then
+# the second fastest of eight, which a few slow messages do not move.
+ROUND_SAMPLES = 8
+# The descent halves the window again while halving paid: while a round's fast latency is below
+# this share of the last round's. Past its knee a consumer's latency follows its calls (halving
+# them about halves it: 0.4-0.6 in the models); below it, it does not move (about 1).
+DESCENT_GAIN = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +85,10 @@ class Limit:
     ``baseline_s`` the lowest one seen (or the consumer's own latency at the floor, once it got
     slower for good).
 
-    While ``ramping``, the limit starts low and grows by one per answer (it doubles each round
-    trip), and at least doubles every ``RAMP_STALL_S`` from ``(mark_at, mark)``, its last
-    doubling; ``samples`` are then the current round's, begun at a limit of ``round_from``."""
+    While ``descending`` (a fresh limit: it starts at the top), ``samples`` are the current
+    round's: answers of calls sent from ``judge_from`` on; ``round_peak`` is the most calls the
+    window had out meanwhile, ``rounds`` the rounds judged so far, and ``last_fast_s`` and
+    ``last_limit`` the fast latency and the limit of the round before."""
 
     limit: float
     low: int
@@ -102,35 +103,45 @@ class Limit:
     smoothed_s: float | None = None
     last_cut_at: float | None = None
     retry_share: float = 0.0
-    ramping: bool = False
-    round_from: float = 0.0
-    mark_at: float | None = None
-    mark: float = 0.0
+    descending: bool = False
+    rounds: int = 0
+    judge_from: float = -math.inf
+    round_peak: int = 0
+    last_fast_s: float | None = None
+    last_limit: float = 0.0
 
     @property
     def current(self) -> int:
         return max(self.low, min(self.high, math.floor(min(self.limit, self.cap))))
 
 
-def initial_limit(max_in_flight: int, settings: AdaptiveSettings, *, ramp: bool = False) -> Limit:
-    """Without ``ramp``, start at the top (a dispatch that keeps no limit: tools, tests). With
-    it, start at the floor and ramp up, so that the baseline is measured below the consumer's
-    knee: the answers of a window that starts at the top are already slow."""
+def initial_limit(
+    max_in_flight: int, settings: AdaptiveSettings, *, descend: bool = False
+) -> Limit:
+    """A fresh limit: at the top, so that a worker's first calls go out together. With
+    ``descend`` (a limit the worker keeps: a route's windows) it then looks for the consumer's
+    unloaded latency by halving the window while halving makes the fast answers faster; without
+    (a dispatch that keeps no limit: tools, tests) it takes the first window's as its baseline."""
     low = min(settings.min_in_flight, max_in_flight)
-    if not (ramp and settings.enabled and low < max_in_flight):
-        return Limit(float(max_in_flight), low, max_in_flight)
-    return Limit(float(low), low, max_in_flight, ramping=True, round_from=float(low))
+    top = float(max_in_flight)
+    return Limit(
+        top,
+        low,
+        max_in_flight,
+        descending=descend and settings.enabled and low < max_in_flight,
+        last_limit=top,
+    )
 
 
 def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings) -> Limit:
-    """A state kept from an earlier batch (``None``: none, so a fresh limit that ramps up),
-    under this batch's bounds (the route's limits, its task count or its parked calls may have
-    changed since). The latency's limit goes on (a ramp that has no baseline yet starts again
-    from the floor); the overload cuts' cap starts afresh with each batch, as it always did, and
-    so does the sample window (its first answers, from a consumer the last batch left idle, are
-    the ones that show its unloaded latency)."""
-    if state is None or not settings.enabled or (state.ramping and state.baseline_s is None):
-        return initial_limit(max_in_flight, settings, ramp=True)
+    """A state kept from an earlier batch (``None``: none, so a fresh limit at the top that
+    descends), under this batch's bounds (the route's limits, its task count or its parked calls
+    may have changed since). The latency's limit goes on, and a descent with it; the overload
+    cuts' cap starts afresh with each batch, as it always did, and so do the sample window and
+    the descent's round (its first answers, from a consumer the last batch left idle, are the
+    ones that show its unloaded latency)."""
+    if state is None or not settings.enabled:
+        return initial_limit(max_in_flight, settings, descend=True)
     low = min(settings.min_in_flight, max_in_flight)
     limit = max(float(low), min(float(max_in_flight), state.limit))
     return replace(
@@ -143,9 +154,9 @@ def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings)
         samples=(),
         window_at=None,
         skip_until=-math.inf,
-        ramping=state.ramping,
-        round_from=limit,
-        mark_at=None,
+        judge_from=-math.inf,
+        round_peak=0,
+        last_limit=max(float(low), min(float(max_in_flight), state.last_limit)),
     )
 
 
@@ -187,67 +198,56 @@ def after_window(
 def after_round(
     state: Limit, samples: tuple[float, ...], now: float, settings: AdaptiveSettings
 ) -> Limit:
-    """Pure: a ramp after a round of good answers that took ``samples``. When its fast latency
-    is under the target the ramp goes on (a new round from the limit it reached); above it, the
-    ramp ends: the limit is the round's starting one, cut as a window's would be, and the next
-    sample window skips the answers of calls sent under the ramp (as slow as its slowest)."""
+    """Pure: a descent after a round of good answers that took ``samples``.
+
+    The first round is a burst at the top (every call sent at once, on new connections): its
+    fast latency may be the lowest yet (a baseline), never the one the next is compared with.
+    The second halves the window (what it had out, at most the limit). From the third on, a
+    round whose fast latency fell below ``DESCENT_GAIN`` of the last one's says the halving
+    paid, and the window is halved again; one that did not fall ends the descent at the limit
+    before this halving. A halving that paid at the floor ends it there. The baseline is the
+    lowest round's fast latency, with that round's spread (a later round's may be widened by
+    load), and the gradient goes on from there."""
     fast_s = percentile(samples, FAST_PERCENTILE)
     spread_s = percentile(samples, 0.75) - fast_s
-    state = replace(state, samples=())
+    out = max(1.0, min(state.limit, float(state.round_peak or state.limit)))
+    state = replace(state, samples=(), round_peak=0, judge_from=now, rounds=state.rounds + 1)
     if state.baseline_s is None or fast_s < state.baseline_s:
-        # The consumer's noise is measured with its baseline: a later round's spread may be
-        # widened by the load the ramp is looking for.
         state = replace(state, baseline_s=fast_s, spread_s=spread_s)
-    baseline = state.baseline_s
-    assert baseline is not None
-    target = target_s(state, baseline, settings)
-    if fast_s <= target:
-        # A round begun at the top ends the ramp: the baseline is measured.
-        return replace(
-            state, fast_s=fast_s, round_from=state.limit, ramping=state.round_from < state.high
-        )
-    limit = max(float(state.low), state.round_from * max(MAX_CUT, target / fast_s))
+    if state.rounds == 1:
+        return state
+    if state.last_fast_s is None or fast_s < DESCENT_GAIN * state.last_fast_s:
+        if state.limit > state.low:
+            halved = max(float(state.low), out / 2)
+            return replace(state, limit=halved, last_fast_s=fast_s, last_limit=state.limit)
+        limit = state.limit
+    else:
+        limit = max(state.limit, state.last_limit)
+    # The answers of calls sent under the last round's limit are not the gradient's samples.
     return replace(
         state,
-        limit=min(state.limit, limit),
-        baseline_s=baseline,
+        limit=min(float(state.high), limit),
         fast_s=fast_s,
-        ramping=False,
+        descending=False,
         window_at=None,
         skip_until=now + max(samples),
     )
 
 
-def ramp_if_stalled(state: Limit, now: float) -> tuple[Limit, float | None]:
-    """Pure: a ramping limit (whose window is full) that has not doubled for ``RAMP_STALL_S``
-    doubles now (from where it was then); with the seconds until it would next, or ``None``
-    when it does not ramp (any more, or at all)."""
-    if not state.ramping or state.limit >= state.high:
-        return state, None
-    if state.mark_at is None:
-        return replace(state, mark_at=now, mark=state.limit), RAMP_STALL_S
-    due = state.mark_at + RAMP_STALL_S
-    if now < due:
-        return state, due - now
-    limit = min(float(state.high), max(state.limit, 2 * state.mark))
-    return replace(state, limit=limit, mark_at=now, mark=limit), RAMP_STALL_S
+def on_send(state: Limit, out: int) -> Limit:
+    """Pure: the window has ``out`` calls out, this send included (a descent's round notes its
+    most)."""
+    if not state.descending or out <= state.round_peak:
+        return state
+    return replace(state, round_peak=out)
 
 
-def _ramp(
-    state: Limit, kind: OutcomeKind, latency_s: float, now: float, settings: AdaptiveSettings
-) -> Limit:
-    """One answer (not an overload) while the limit ramps: one more call (the limit doubles
-    each round trip) and, for a good answer, a sample of the round."""
-    state = replace(state, limit=min(float(state.high), state.limit + 1))
-    if state.mark_at is not None and state.limit >= 2 * state.mark:
-        state = replace(state, mark_at=now, mark=state.limit)  # the answers doubled it
-    if kind is OutcomeKind.RETRY:
+def _descend(state: Limit, kind: OutcomeKind, latency_s: float, now: float) -> Limit:
+    """One answer (not an overload) while the limit descends: a sample of the round when it is
+    good and its call was sent in the round (one sent earlier met another load)."""
+    if kind is OutcomeKind.RETRY or now - latency_s < state.judge_from:
         return state
-    samples = (*state.samples, latency_s)
-    state = replace(state, samples=samples)
-    if len(samples) < RAMP_SAMPLES:
-        return state
-    return after_round(state, samples, now, settings)
+    return replace(state, samples=(*state.samples, latency_s))
 
 
 def update(
@@ -272,12 +272,21 @@ def update(
         cut = max(float(state.low), min(state.limit, state.cap) * settings.backoff_ratio)
         # A cut starts a new sample window (or round): the old one measured another limit.
         return replace(
-            state, cap=cut, last_cut_at=now, samples=(), window_at=None, round_from=state.limit
+            state,
+            cap=cut,
+            last_cut_at=now,
+            samples=(),
+            window_at=None,
+            judge_from=now,
+            round_peak=0,
         )
     if not is_retry and state.cap < state.high:
         state = replace(state, cap=state.cap + settings.increase)
-    if state.ramping:
-        return _ramp(state, kind, latency_s, now, settings)
+    if state.descending:
+        state = _descend(state, kind, latency_s, now)
+        if len(state.samples) < ROUND_SAMPLES:
+            return state
+        return after_round(state, state.samples, now, settings)
     if is_retry or now < state.skip_until:
         # A RETRY says nothing about speed; answers just after a window are of calls sent
         # under the limit before it.

@@ -144,7 +144,8 @@ class _Window:
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
         self._limits = limits
-        # A dispatch that keeps no limit starts at the top; a kept one goes on, a fresh one ramps.
+        # A dispatch that keeps no limit starts at the top; a kept one goes on, and a fresh one
+        # starts at the top and descends to find the consumer's unloaded latency.
         self._limit = (
             adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
             if limits is None
@@ -152,8 +153,8 @@ class _Window:
                 limits.get(settings.lane), settings.max_in_flight, settings.adaptive
             )
         )
-        # When a stalled ramp may grow next (``adaptive.ramp_if_stalled``).
-        self._ramp_in: float | None = None
+        if limits is not None:
+            limits[settings.lane] = self._limit
         self._bucket = (
             TokenBucket(settings.rate_limit, settings.rate_burst) if settings.rate_limit else None
         )
@@ -220,9 +221,7 @@ class _Window:
         """True when a send may start now (taking a rate-limit token unless ``take`` is off);
         else what ``_launch`` should return."""
         if len(self._in_flight) >= self._limit.current:
-            self._keep_limit(adaptive.ramp_if_stalled(self._limit, time.monotonic()))
-            if len(self._in_flight) >= self._limit.current:
-                return self._ramp_in
+            return None
         if self._breaker.state is not BreakerState.CLOSED:
             self._wait_for_breaker()
             return None
@@ -267,6 +266,7 @@ class _Window:
         task = asyncio.create_task(self._send(index))
         self._in_flight.add(task)
         self._stats.sent(len(self._in_flight))
+        self._keep_limit(adaptive.on_send(self._limit, len(self._in_flight)))
 
         def answered(done: asyncio.Task[tuple[Outcome, float]]) -> None:
             self._in_flight.discard(done)
@@ -277,10 +277,11 @@ class _Window:
         task.add_done_callback(answered)
         self._running[index] = (task, answered, time.monotonic(), self._now_ms())
 
-    def _keep_limit(self, limit: tuple[adaptive.Limit, float | None]) -> None:
-        """The adaptive limit now (and when a stalled ramp may grow next), kept for the next
-        dispatch of this endpoint and lane."""
-        self._limit, self._ramp_in = limit
+    def _keep_limit(self, limit: adaptive.Limit) -> None:
+        """The adaptive limit now, kept for the next dispatch of this endpoint and lane."""
+        if limit is self._limit:
+            return
+        self._limit = limit
         if self._limits is not None:
             self._limits[self._settings.lane] = self._limit
 
@@ -419,11 +420,8 @@ class _Window:
         delivery = self._work[index].delivery
         self._breaker.record(outcome.kind, down=not_there(outcome))
         self._keep_limit(
-            (
-                adaptive.update(
-                    self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
-                ),
-                None,
+            adaptive.update(
+                self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
             )
         )
         self._stats.answered(outcome.kind, latency_s)
