@@ -223,10 +223,11 @@ async def test_the_adaptive_limit_goes_on_from_the_last_dispatch() -> None:
     settings = DispatchSettings(max_in_flight=64, deadline_s=5.0, lanes=LANES)
     limits: dict[int, adaptive.Limit] = {}
     first = knee_transport(0.01, 0.005, knee=4)
-    report = await dispatch(first, items(400), settings, limits=limits)
-    # When the first dispatch (a fresh limit: it ramps up from the floor) is done
-    assert 4 <= first.max_concurrent <= 32
+    report = await dispatch(first, items(600), settings, limits=limits)
+    # When the first dispatch (a fresh limit: it starts at the top and descends) is done
+    assert first.max_concurrent == 64
     kept = limits[settings.lane]
+    assert not kept.descending
     assert report.stats.final_limit == kept.current < 16
     # Then the next one starts where it ended, not at max_in_flight again (its first calls find
     # the consumer idle and answered fast, so it may grow a little before it is cut again)
@@ -239,16 +240,22 @@ async def test_the_adaptive_limit_goes_on_from_the_last_dispatch() -> None:
     assert fresh.max_concurrent == 64
 
 
-async def test_a_ramp_whose_calls_go_unanswered_grows_by_time() -> None:
-    # Given a fresh limit (it ramps from one call) and a consumer that holds every call for 1 s
+async def test_a_fresh_window_sends_its_first_calls_together() -> None:
+    # Given a fresh limit (a worker's first window of an endpoint) and a consumer that holds
+    # every call for 1 s
     transport = ScriptedTransport(latency_s=1.0)
     settings = DispatchSettings(max_in_flight=16, deadline_s=5.0, lanes=LANES)
+    limits: dict[int, adaptive.Limit] = {}
     started = time.monotonic()
-    await dispatch(transport, items(16), settings, limits={})
-    # Then the ramp doubled every RAMP_STALL_S instead of waiting for answers: the 16 calls
-    # were all out at once and the dispatch took about one answer's time, not five
+    await dispatch(transport, items(16), settings, limits=limits)
+    # Then the 16 calls were all out at once and the dispatch took one answer's time
     assert transport.max_concurrent == 16
     assert time.monotonic() - started < 2.0
+    # And small batches after it (records produced in pairs) go out together too
+    pairs = ScriptedTransport(latency_s=0.01)
+    for _ in range(10):
+        await dispatch(pairs, items(2), settings, limits=limits)
+        assert pairs.max_concurrent == 2
 
 
 async def test_disabled_adaptive_keeps_max_in_flight() -> None:
