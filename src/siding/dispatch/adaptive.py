@@ -73,7 +73,7 @@ MAX_CUT = 0.5
 ROUND_SAMPLES = 8
 # The descent halves the window again while halving paid: while a round's fast latency is below
 # this share of the last round's. Past its knee a consumer's latency follows its calls (halving
-# them about halves it: 0.4-0.6 in the models); below it, it does not move (about 1).
+# them about halves it, or more: 0.2-0.45 for the knee model); below it, it does not move (1).
 DESCENT_GAIN = 0.75
 
 
