@@ -195,9 +195,7 @@ def after_window(
     return replace(state, limit=limit, baseline_s=baseline, fast_s=fast_s)
 
 
-def after_round(
-    state: Limit, samples: tuple[float, ...], now: float, settings: AdaptiveSettings
-) -> Limit:
+def after_round(state: Limit, samples: tuple[float, ...], now: float) -> Limit:
     """Pure: a descent after a round of good answers that took ``samples``.
 
     The first round is a burst at the top (every call sent at once, on new connections): its
@@ -286,7 +284,7 @@ def update(
         state = _descend(state, kind, latency_s, now)
         if len(state.samples) < ROUND_SAMPLES:
             return state
-        return after_round(state, state.samples, now, settings)
+        return after_round(state, state.samples, now)
     if is_retry or now < state.skip_until:
         # A RETRY says nothing about speed; answers just after a window are of calls sent
         # under the limit before it.
