@@ -315,10 +315,13 @@ def test_each_record_of_a_batch_keeps_its_own_fate_over_grpc_and_http(
         for _, stop in endpoints.values():
             stop()
 
-    # Then the consumer without DeliverBatches was asked for it once per connection, and
-    # every record went to it one per message on DeliverStream
+    # Then the consumer without DeliverBatches was asked for it at most once per transport of
+    # a worker (its main lane's, lane 1's, its park lane's: they share gRPC's connection, and
+    # ask at once only when they open their streams at the same moment; once one heard
+    # UNIMPLEMENTED the others do not ask), and every record went to it one per message on
+    # DeliverStream
     asks = Counter(old_consumer.batch_asks)
-    assert asks and set(asks.values()) == {1}, asks
+    assert asks and max(asks.values()) <= 3, asks
     assert set(asks) <= set(old_consumer.stream_peers)
     assert seen["stream"].batches and set(seen["stream"].batches) == {1}
     for kind, r in zip(topics, config.routes, strict=True):

@@ -192,6 +192,23 @@ async def test_a_consumer_without_deliver_batches_gets_deliver_stream_and_one_lo
     assert len(lines) == 1 and "does not implement DeliverBatches" in lines[0]
 
 
+async def test_a_second_transport_of_the_worker_does_not_ask_a_consumer_without_batches_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Two lanes of a worker each have a transport to one consumer, on gRPC's one connection.
+    handler = StreamOnly()
+    caplog.set_level(logging.WARNING, "siding.transport.grpc_batch")
+    async with served(handler) as target, batching(target) as main, batching(target) as lane:
+        first = await asyncio.gather(*(main.send(delivery(n), 5) for n in range(5)))
+        then = await asyncio.gather(*(lane.send(delivery(n), 5) for n in range(5, 10)))
+        assert not main.batching and not lane.batching
+    assert {o.kind for o in first + then} == {OutcomeKind.ACK}
+    assert handler.asked["DeliverBatches"] == 1
+    assert handler.handled == Counter(f"orders/0/{n}" for n in range(10))
+    lines = [r.getMessage() for r in caplog.records if r.name == "siding.transport.grpc_batch"]
+    assert len(lines) == 1 and "does not implement DeliverBatches" in lines[0]
+
+
 async def test_the_python_consumer_serves_batches_byte_for_byte() -> None:
     seen: dict[str, bytes | None] = {}
 

@@ -148,6 +148,11 @@ class _BatchStream(_Stream):
         return outcomes
 
 
+# The consumers (targets) that answered DeliverBatches with UNIMPLEMENTED, in this process: a
+# worker asks each consumer once, whichever of its transports asks first (docs/batch.md).
+_UNBATCHED: set[str] = set()
+
+
 class GrpcBatchTransport(GrpcStreamTransport):
     """Sends deliveries in ``DeliveryBatch`` frames over ``DeliverBatches`` (docs/batch.md).
 
@@ -169,6 +174,10 @@ class GrpcBatchTransport(GrpcStreamTransport):
         self.batching = True
 
     def _open_stream(self, channel: grpc.aio.Channel) -> _Stream:
+        # A worker's transports of one consumer (its lanes') share gRPC's connection: once one
+        # of them heard UNIMPLEMENTED, the others do not ask again.
+        if self.batching and self.target in _UNBATCHED:
+            self.batching = False
         if not self.batching:
             return super()._open_stream(channel)
         stub = consumer_pb2_grpc.ConsumerStub(channel)
@@ -179,6 +188,9 @@ class GrpcBatchTransport(GrpcStreamTransport):
     def _fall_back(self) -> None:
         if self.batching:
             self.batching = False
+            if self.target in _UNBATCHED:
+                return  # another transport of this worker said it already
+            _UNBATCHED.add(self.target)
             log.warning(
                 "the consumer at %s does not implement DeliverBatches (UNIMPLEMENTED): its"
                 " deliveries go one per message on DeliverStream from now on",
