@@ -371,6 +371,8 @@ def check_route(kind: str, got: Seen, lane: list[DeadLetter], letters: list[Dead
     # And the dead one reached the DLQ alone, with its reason; its batch-mates were acked
     [letter] = letters
     assert letter.key == b"dead" and letter.story is not None
-    assert letter.story.reason == "dead on purpose"
+    # (a single webhook's 422 says its status first: an offered route's record may go singly
+    # from a worker that has not heard `siding-batch: v1` yet, docs/batch.md)
+    assert letter.story.reason in ("dead on purpose", "http 422: dead on purpose")
     # And a binary value arrived exactly as produced
     assert by_key[b"binary"][0].value == ODD
