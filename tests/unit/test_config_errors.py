@@ -92,6 +92,11 @@ ROUTE_ERRORS = [
     ),
     ("[route.adaptive]\nenabled = 'maybe'", "route[billing].adaptive.enabled", "boolean"),
     (
+        "[route.adaptive]\nlatency_tolerance = 1",
+        "route[billing].adaptive.latency_tolerance",
+        "greater than 1",
+    ),
+    (
         '[route.auth]\nwebhook_secret = "whsec_c2VjcmV0"',
         "route[billing].auth.webhook_secret",
         "HTTP",

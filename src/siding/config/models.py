@@ -200,6 +200,8 @@ class AdaptiveConfig(BaseModel):
 
     enabled: bool = True
     min_in_flight: Count = Field(default=1, ge=1)
+    # The answer latency the limit steers to, as a multiple of the consumer's unloaded latency.
+    latency_tolerance: Number = Field(default=2.0, gt=1, le=100)
 
 
 MAX_BATCH = 1000
