@@ -1,5 +1,5 @@
-"""The adaptive limit settles near a consumer's knee instead of at max_in_flight (issue 27, item 3;
-docs/dispatch.md, "Adaptive concurrency").
+"""The latency-aware adaptive limit (opt-in: ``adaptive.latency = true``) settles near a consumer's
+knee instead of at max_in_flight (issue 27, item 3; docs/dispatch.md, "Adaptive concurrency").
 
 The consumer is a webhook in this test that counts its own open calls and answers like a
 queueing system: 20 ms while it holds at most 8 calls (its knee), 10 ms more for every call
@@ -97,8 +97,8 @@ def test_the_limit_settles_near_the_consumers_knee(
     topic_name: Callable[[str], str],
     loop_thread: LoopThread,
 ) -> None:
-    # Given 3,000 messages waiting, max_in_flight = 64, batches of 600, and the knee consumer
-    # (at 10 calls it answers in twice its unloaded 20 ms: the limit's target)
+    # Given 3,000 messages waiting, max_in_flight = 64, batches of 600, the latency limit on, and
+    # the knee consumer (at 10 calls it answers in twice its unloaded 20 ms: the limit's target)
     topic = topic_name("knee")
     produce(kafka.bootstrap, topic, COUNT)
     ids = {delivery_id(topic, 0, o) for o in range(COUNT)}
@@ -112,6 +112,7 @@ def test_the_limit_settles_near_the_consumers_knee(
         "max_in_flight": MAX_IN_FLIGHT,
         "deadline": "10s",
         "max_offsets_per_trigger": 600,
+        "adaptive": {"latency": True},
     }
     try:
         # When the route delivers them

@@ -218,9 +218,13 @@ def knee_transport(base_s: float, k_s: float, knee: int) -> ScriptedTransport:
     return transport
 
 
-async def test_the_adaptive_limit_goes_on_from_the_last_dispatch() -> None:
-    # Given a consumer that slows down above 4 calls, and a limit kept between dispatches
-    settings = DispatchSettings(max_in_flight=64, deadline_s=5.0, lanes=LANES)
+LATENCY_ON = AdaptiveSettings(latency=True)
+
+
+async def test_the_latency_limit_goes_on_from_the_last_dispatch() -> None:
+    # Given a consumer that slows down above 4 calls, the latency limit on, and a limit kept
+    # between dispatches
+    settings = DispatchSettings(max_in_flight=64, deadline_s=5.0, lanes=LANES, adaptive=LATENCY_ON)
     limits: dict[int, adaptive.Limit] = {}
     first = knee_transport(0.01, 0.005, knee=4)
     report = await dispatch(first, items(600), settings, limits=limits)
@@ -240,11 +244,27 @@ async def test_the_adaptive_limit_goes_on_from_the_last_dispatch() -> None:
     assert fresh.max_concurrent == 64
 
 
+async def test_without_the_latency_limit_each_dispatch_starts_at_the_top() -> None:
+    # Given the same consumer and a kept limit, with the default adaptive settings (latency off)
+    settings = DispatchSettings(max_in_flight=64, deadline_s=5.0, lanes=LANES)
+    limits: dict[int, adaptive.Limit] = {}
+    first = knee_transport(0.01, 0.005, knee=4)
+    await dispatch(first, items(600), settings, limits=limits)
+    # Then the window was never cut for its latency, and the next dispatch starts at the top
+    # again, as main's always did
+    assert first.max_concurrent == 64
+    assert not limits[settings.lane].descending
+    assert limits[settings.lane].current == 64
+    second = knee_transport(0.01, 0.005, knee=4)
+    await dispatch(second, items(100), settings, limits=limits)
+    assert second.max_concurrent == 64
+
+
 async def test_a_fresh_window_sends_its_first_calls_together() -> None:
-    # Given a fresh limit (a worker's first window of an endpoint) and a consumer that holds
+    # Given a fresh latency limit (a worker's first window of an endpoint) and a consumer that holds
     # every call for 1 s
     transport = ScriptedTransport(latency_s=1.0)
-    settings = DispatchSettings(max_in_flight=16, deadline_s=5.0, lanes=LANES)
+    settings = DispatchSettings(max_in_flight=16, deadline_s=5.0, lanes=LANES, adaptive=LATENCY_ON)
     limits: dict[int, adaptive.Limit] = {}
     started = time.monotonic()
     await dispatch(transport, items(16), settings, limits=limits)

@@ -1,7 +1,8 @@
-"""Adaptive concurrency: a limit on sends in flight, between a floor and the max, that steers the
-consumer's answer latency towards a target (a gradient) and cuts on overload.
+"""Adaptive concurrency: a limit on sends in flight, between a floor and the max, cut on overload.
+By default an AIMD limit that starts at the max; with ``latency`` on (opt-in) it also steers the
+consumer's answer latency towards a target (a gradient), starting at the max and descending.
 
-The reasoning (why a gradient, why the fast answers, why kept across batches) is in
+The reasoning (why opt-in, why a gradient, why the fast answers, why kept across batches) is in
 docs/dispatch.md, "Adaptive concurrency".
 """
 
@@ -18,10 +19,16 @@ from siding.model import OutcomeKind
 class AdaptiveSettings:
     """``enabled=False`` keeps the limit fixed at ``max_in_flight``.
 
-    Good answers (ACK or DEAD) are gathered in sample windows; a window's *fast latency* is its
-    25th percentile (the consumer's own pace, not the slow messages'), its *spread* the 75th
-    minus the 25th. With the baseline the lowest fast latency seen and ``target =
-    latency_tolerance * baseline + spread`` (noise is not load), each window:
+    With ``latency`` off (the default), the AIMD rule: each window starts at ``max_in_flight``;
+    the limit grows by ``increase`` per good answer (ACK or DEAD) while the latency stays within
+    ``latency_tolerance`` times its observed floor, and the overload cuts below act on the limit
+    itself. Latency never cuts it.
+
+    With ``latency`` on, the gradient rule. Good answers (ACK or DEAD) are gathered in sample
+    windows; a window's *fast latency* is its 25th percentile (the consumer's own pace, not the
+    slow messages'), its *spread* the 75th minus the 25th. With the baseline the lowest fast
+    latency seen and ``target = latency_tolerance * baseline + spread`` (noise is not load), each
+    window:
 
     - above the target: the limit is multiplied by ``target / fast`` (at most halved);
     - below it: the limit grows by up to ``increase * sqrt(limit)``, in proportion to how far
@@ -35,6 +42,7 @@ class AdaptiveSettings:
 
     enabled: bool = True
     min_in_flight: int = 1
+    latency: bool = False
     latency_tolerance: float = 2.0
     increase: float = 1.0
     backoff_ratio: float = 0.5
@@ -47,12 +55,17 @@ class AdaptiveSettings:
             raise ConfigError("adaptive.increase", "must be positive")
         if not 0 < self.backoff_ratio < 1:
             raise ConfigError("adaptive.backoff_ratio", "must be between 0 and 1 (exclusive)")
-        if not self.latency_tolerance > 1:
-            raise ConfigError("adaptive.latency_tolerance", "must be above 1")
+        if self.latency_tolerance < 1:
+            raise ConfigError("adaptive.latency_tolerance", "must be at least 1")
+        if self.latency and not self.latency_tolerance > 1:
+            raise ConfigError("adaptive.latency_tolerance", "must be above 1 with latency on")
         if not 0 <= self.retry_share_to_cut <= 1:
             raise ConfigError("adaptive.retry_share_to_cut", "must be between 0 and 1")
 
 
+# The AIMD rule: how fast the latency floor follows latencies above it: slowly, so that a consumer
+# that got slower for good does not stop growth forever, while noise does not raise it.
+_FLOOR_DRIFT = 0.01
 _SMOOTHING = 0.2
 # The share of RETRY answers is averaged over roughly the last 1 / _SHARE_SMOOTHING answers.
 _SHARE_SMOOTHING = 0.05
@@ -80,7 +93,9 @@ DESCENT_GAIN = 0.75
 @dataclass(frozen=True, slots=True)
 class Limit:
     """The adaptive state. ``limit`` (the latency's) and ``cap`` (the overload cuts') are
-    fractional; ``current`` is what the window uses. ``samples`` are the good answers' latencies
+    fractional; ``current`` is what the window uses. The AIMD rule (``latency`` off) moves
+    ``limit`` only, and keeps ``floor_s``, the lowest good latency drifting up; the rest is the
+    gradient's. ``samples`` are the good answers' latencies
     of the sample window begun at ``window_at``; ``fast_s`` is the last window's fast latency,
     ``baseline_s`` the lowest one seen (or the consumer's own latency at the floor, once it got
     slower for good).
@@ -94,6 +109,7 @@ class Limit:
     low: int
     high: int
     cap: float = math.inf
+    floor_s: float | None = None
     baseline_s: float | None = None
     fast_s: float = 0.0
     spread_s: float = 0.0
@@ -118,17 +134,18 @@ class Limit:
 def initial_limit(
     max_in_flight: int, settings: AdaptiveSettings, *, descend: bool = False
 ) -> Limit:
-    """A fresh limit: at the top, so that a worker's first calls go out together. With
-    ``descend`` (a limit the worker keeps: a route's windows) it then looks for the consumer's
-    unloaded latency by halving the window while halving makes the fast answers faster; without
-    (a dispatch that keeps no limit: tools, tests) it takes the first window's as its baseline."""
+    """A fresh limit: at the top, so that a worker's first calls go out together. With the
+    latency limit on and ``descend`` (a limit the worker keeps: a route's windows) it then looks
+    for the consumer's unloaded latency by halving the window while halving makes the fast
+    answers faster; without (a dispatch that keeps no limit: tools, tests) it takes the first
+    window's as its baseline."""
     low = min(settings.min_in_flight, max_in_flight)
     top = float(max_in_flight)
     return Limit(
         top,
         low,
         max_in_flight,
-        descending=descend and settings.enabled and low < max_in_flight,
+        descending=descend and settings.enabled and settings.latency and low < max_in_flight,
         last_limit=top,
     )
 
@@ -139,8 +156,9 @@ def rebound(state: Limit | None, max_in_flight: int, settings: AdaptiveSettings)
     may have changed since). The latency's limit goes on, and a descent with it; the overload
     cuts' cap starts afresh with each batch, as it always did, and so do the sample window and
     the descent's round (its first answers, from a consumer the last batch left idle, are the
-    ones that show its unloaded latency)."""
-    if state is None or not settings.enabled:
+    ones that show its unloaded latency). With the latency limit off nothing goes on: each
+    batch's window starts at the top, as the AIMD rule always did."""
+    if state is None or not settings.enabled or not settings.latency:
         return initial_limit(max_in_flight, settings, descend=True)
     low = min(settings.min_in_flight, max_in_flight)
     limit = max(float(low), min(float(max_in_flight), state.limit))
@@ -264,6 +282,8 @@ def update(
     share = state.retry_share + _SHARE_SMOOTHING * (float(is_retry) - state.retry_share)
     state = replace(state, smoothed_s=smoothed, retry_share=share)
     overloaded = kind is OutcomeKind.BACKOFF or (is_retry and share > settings.retry_share_to_cut)
+    if not settings.latency:
+        return _aimd(state, kind, latency_s, now, settings, overloaded=overloaded)
     if overloaded:
         if state.last_cut_at is not None and now - state.last_cut_at < smoothed:
             return state
@@ -298,3 +318,37 @@ def update(
     spread = percentile(samples, 0.75) - fast
     ended = after_window(state, fast, settings, spread)
     return replace(ended, samples=(), window_at=None, skip_until=now + fast)
+
+
+def _aimd(
+    state: Limit,
+    kind: OutcomeKind,
+    latency_s: float,
+    now: float,
+    settings: AdaptiveSettings,
+    *,
+    overloaded: bool,
+) -> Limit:
+    """Pure: the AIMD rule (the latency limit off) after one answer that is not GONE, its
+    smoothed latency and RETRY share already noted: an overload halves the limit, at most once
+    per smoothed latency; a RETRY that is not one moves nothing; a good answer within
+    ``latency_tolerance`` times the floor grows it by ``increase``; a slower one leaves it."""
+    if overloaded:
+        if state.last_cut_at is not None and now - state.last_cut_at < (state.smoothed_s or 0.0):
+            return state
+        cut = max(float(state.low), state.limit * settings.backoff_ratio)
+        return replace(state, limit=cut, last_cut_at=now)
+    if kind is OutcomeKind.RETRY:
+        return state
+    # The floor comes from good answers only: an instant refusal says nothing about speed.
+    floor = _next_floor(state.floor_s, latency_s)
+    limit = state.limit
+    if latency_s <= settings.latency_tolerance * floor + _SLACK_S:
+        limit = min(float(state.high), limit + settings.increase)
+    return replace(state, limit=limit, floor_s=floor)
+
+
+def _next_floor(floor_s: float | None, latency_s: float) -> float:
+    if floor_s is None or latency_s <= floor_s:
+        return latency_s
+    return floor_s + _FLOOR_DRIFT * (latency_s - floor_s)

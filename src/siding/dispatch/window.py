@@ -78,7 +78,8 @@ async def dispatch(
     learns answer latencies and says when. Once ``drain`` is set (a draining stop), nothing more
     is sent: calls still out are parked and items not sent yet are handed to the park lane
     unsent (parking routes only; others go on to the end). ``limits`` (kept per endpoint, by
-    lane) carries the adaptive limit from one dispatch to the next; one starts at the top.
+    lane) carries the latency limit (``adaptive.latency``) from one dispatch to the next; a fresh
+    one starts at the top. Without the latency limit every dispatch starts at the top.
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -144,8 +145,9 @@ class _Window:
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
         self._limits = limits
-        # A dispatch that keeps no limit starts at the top; a kept one goes on, and a fresh one
-        # starts at the top and descends to find the consumer's unloaded latency.
+        # A dispatch that keeps no limit starts at the top; with the latency limit on, a kept
+        # one goes on, and a fresh one starts at the top and descends to find the consumer's
+        # unloaded latency (off, ``rebound`` starts each at the top).
         self._limit = (
             adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
             if limits is None
