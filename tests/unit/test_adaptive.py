@@ -1,18 +1,31 @@
-"""The AIMD concurrency limit: grows while latency holds, halves on trouble, stays in bounds."""
+"""The AIMD concurrency limit, the default (``adaptive.latency`` off): grows while latency holds,
+halves on trouble, stays in bounds; and the switch to the latency limit (test_adaptive_latency.py)
+changes nothing while it is off."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from siding.dispatch.adaptive import AdaptiveSettings, Limit, initial_limit, update
+from siding.dispatch.adaptive import (
+    AdaptiveSettings,
+    Limit,
+    initial_limit,
+    on_send,
+    rebound,
+    update,
+)
 from siding.errors import ConfigError
 from siding.model import OutcomeKind
 
 ON = AdaptiveSettings(enabled=True, min_in_flight=2, increase=1.0, backoff_ratio=0.5)
+LATENCY = AdaptiveSettings(
+    enabled=True, min_in_flight=2, increase=1.0, backoff_ratio=0.5, latency=True
+)
 
 
 def test_starts_at_the_configured_max() -> None:
@@ -148,3 +161,119 @@ def test_bad_settings_name_the_key(kwargs: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         AdaptiveSettings(**kwargs)
     assert caught.value.key == key
+
+
+def test_the_latency_limit_is_off_by_default() -> None:
+    assert not AdaptiveSettings().latency
+    assert not ON.latency
+
+
+def test_off_each_window_starts_at_the_top_and_nothing_descends() -> None:
+    # Given a limit a worker kept from its last batch, cut to 10
+    kept = Limit(10.0, low=2, high=64, floor_s=0.02)
+    # Then, off, the next batch's window starts at the top again, as main's always did
+    assert rebound(kept, 64, ON).current == 64
+    assert rebound(None, 64, ON) == initial_limit(64, ON)
+    assert not rebound(None, 64, ON).descending
+    assert not initial_limit(64, ON, descend=True).descending
+    # (on, it goes on from the kept one, or descends from the top)
+    assert rebound(kept, 64, LATENCY).current == 10
+    assert rebound(None, 64, LATENCY).descending
+
+
+def test_off_rising_latency_never_cuts_on_it_does() -> None:
+    # Given a window at 40 whose consumer answered in 20 ms, then takes 200 ms for a few seconds
+    def final_limit(settings: AdaptiveSettings) -> int:
+        state = rebound(None, 40, settings)
+        now = 0.0
+        for latency in (0.02,) * 200 + (0.2,) * 400:
+            now += 0.01
+            state = on_send(state, state.current)
+            state = update(state, OutcomeKind.ACK, latency, now, settings)
+        return state.current
+
+    # Then off, the limit stays where it was (it only stops growing); on, it comes down
+    assert final_limit(ON) == 40
+    assert final_limit(LATENCY) < 20
+
+
+class _MainRule:
+    """main's AIMD rule before the switch (9740031), written out: the reference the default
+    path must match answer for answer."""
+
+    def __init__(self, top: int, s: AdaptiveSettings) -> None:
+        self.s = s
+        self.low = min(s.min_in_flight, top)
+        self.high = top
+        self.limit = float(top)
+        self.floor: float | None = None
+        self.smoothed: float | None = None
+        self.cut_at: float | None = None
+        self.share = 0.0
+
+    def current(self) -> int:
+        return max(self.low, min(self.high, math.floor(self.limit)))
+
+    def answer(self, kind: OutcomeKind, latency: float, now: float) -> None:
+        if not self.s.enabled or kind is OutcomeKind.GONE:
+            return
+        latency = max(0.0, latency)
+        self.smoothed = (
+            latency if self.smoothed is None else self.smoothed + 0.2 * (latency - self.smoothed)
+        )
+        retry = kind is OutcomeKind.RETRY
+        self.share += 0.05 * (float(retry) - self.share)
+        over = kind is OutcomeKind.BACKOFF or (retry and self.share > self.s.retry_share_to_cut)
+        if retry and not over:
+            return
+        if over:
+            if self.cut_at is None or now - self.cut_at >= self.smoothed:
+                self.limit = max(float(self.low), self.limit * self.s.backoff_ratio)
+                self.cut_at = now
+            return
+        if self.floor is None or latency <= self.floor:
+            self.floor = latency
+        else:
+            self.floor += 0.01 * (latency - self.floor)
+        if latency <= self.s.latency_tolerance * self.floor + 0.001:
+            self.limit = min(float(self.high), self.limit + self.s.increase)
+
+
+# Answers near a floor of 10-40 ms (where growth starts and stops) and cuts, tightly spaced.
+near_floor = st.tuples(
+    st.sampled_from(
+        [OutcomeKind.ACK] * 4
+        + [OutcomeKind.DEAD, OutcomeKind.RETRY]
+        + [OutcomeKind.BACKOFF, OutcomeKind.GONE]
+    ),
+    st.one_of(st.sampled_from([0.01, 0.02, 0.021, 0.03, 0.04]), st.floats(0, 0.2)),
+    st.floats(min_value=0, max_value=0.05, allow_nan=False),
+)
+
+
+@settings(deadline=None)
+@given(
+    st.integers(1, 200),
+    st.integers(1, 50),
+    st.floats(0.05, 0.95),
+    st.lists(st.one_of(answers, near_floor), max_size=300),
+)
+def test_off_is_mains_rule_answer_for_answer(
+    max_in_flight: int,
+    min_in_flight: int,
+    ratio: float,
+    seq: list[tuple[OutcomeKind, float, float]],
+) -> None:
+    # Given main's rule and the default path, from a window's start (as the worker makes it)
+    off = AdaptiveSettings(min_in_flight=min_in_flight, backoff_ratio=ratio)
+    state = rebound(None, max_in_flight, off)
+    main = _MainRule(max_in_flight, off)
+    now = 0.0
+    for kind, latency, dt in seq:
+        now += dt
+        state = on_send(state, state.current)
+        state = update(state, kind, latency, now, off)
+        main.answer(kind, latency, now)
+        # Then every answer leaves the same window
+        assert state.current == main.current()
+        assert state.limit == main.limit

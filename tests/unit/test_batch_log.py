@@ -77,13 +77,19 @@ def test_a_transition_says_when_it_happened_to_the_millisecond() -> None:
 
 def test_a_task_line_names_its_worker_and_what_it_waited_on() -> None:
     stats = DispatchStats(
-        sends=12, max_in_flight=5, breaker_wait_s=3.25, suspected=2, isolations=3, handed_over=1
+        sends=12,
+        max_in_flight=5,
+        final_limit=8,
+        breaker_wait_s=3.25,
+        suspected=2,
+        isolations=3,
+        handed_over=1,
     )
     result = TaskResult(StepCounts(records=10, acked=8, parked=2), stats=stats, pid=7, host="h")
     assert task_line("billing", "main", result) == (
         "route billing main task (executor h pid 7): 10 records (acked 8, to lanes 0, dead 0,"
-        " parked 2); 12 sends, max 5 in flight, breaker wait 3.2s, suspects 2 (isolations 3,"
-        " convicted 0, handed over 1)"
+        " parked 2); 12 sends, max 5 in flight (limit 8 at the end), breaker wait 3.2s, suspects 2"
+        " (isolations 3, convicted 0, handed over 1)"
     )
     bare = TaskResult(StepCounts(records=1, acked=1), pid=7, host="h")
     assert task_line("billing", "parked", bare).endswith("dead 0, parked 0)")

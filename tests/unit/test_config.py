@@ -51,6 +51,7 @@ def test_a_minimal_route_gets_the_documented_defaults() -> None:
     )
     assert (route.breaker.failure_threshold, route.breaker.open_for) == (5, 5.0)
     assert (route.adaptive.enabled, route.adaptive.min_in_flight) == (True, 1)
+    assert (route.adaptive.latency, route.adaptive.latency_tolerance) == (False, 2.0)
     assert route.progress_interval == 0.25
     assert parse_config(f'{BASE}progress_interval = "0s"\n', env={}).route[0].progress_interval == 0
     assert (config.spark.master, config.spark.trigger) == ("local[*]", 0.0)

@@ -92,6 +92,27 @@ ROUTE_ERRORS = [
     ),
     ("[route.adaptive]\nenabled = 'maybe'", "route[billing].adaptive.enabled", "boolean"),
     (
+        "[route.adaptive]\nlatency = true\nlatency_tolerance = 1",
+        "route[billing].adaptive.latency_tolerance",
+        "greater than 1",
+    ),
+    (
+        "[route.adaptive]\nlatency_tolerance = 3",
+        "route[billing].adaptive.latency_tolerance",
+        "only applies with latency = true",
+    ),
+    (
+        "[route.adaptive]\nenabled = false\nlatency = true",
+        "route[billing].adaptive.latency",
+        "needs enabled = true",
+    ),
+    ("[route.adaptive]\nlatency = 'sometimes'", "route[billing].adaptive.latency", "boolean"),
+    (
+        "[route.adaptive]\nlatency_limit = true",
+        "route[billing].adaptive.latency_limit",
+        "unknown key (did you mean 'latency'",
+    ),
+    (
         '[route.auth]\nwebhook_secret = "whsec_c2VjcmV0"',
         "route[billing].auth.webhook_secret",
         "HTTP",

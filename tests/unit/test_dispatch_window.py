@@ -15,6 +15,7 @@ from siding.dispatch import (
     DispatchReport,
     DispatchSettings,
     Work,
+    adaptive,
     dispatch,
 )
 from siding.errors import EndpointGoneError
@@ -207,6 +208,74 @@ async def test_failures_cut_the_adaptive_limit() -> None:
     report = await dispatch(transport, items(300), SETTINGS)
     assert report.stats.final_limit < SETTINGS.max_in_flight
     assert all(isinstance(s.step, ToLane) for s in report.settled)
+
+
+def knee_transport(base_s: float, k_s: float, knee: int) -> ScriptedTransport:
+    """A consumer that answers in ``base_s`` up to ``knee`` calls, ``k_s`` more per call above."""
+    transport = ScriptedTransport(
+        latency_s=lambda _d: base_s + k_s * max(0, transport.in_flight - knee)
+    )
+    return transport
+
+
+LATENCY_ON = AdaptiveSettings(latency=True)
+
+
+async def test_the_latency_limit_goes_on_from_the_last_dispatch() -> None:
+    # Given a consumer that slows down above 4 calls, the latency limit on, and a limit kept
+    # between dispatches
+    settings = DispatchSettings(max_in_flight=64, deadline_s=5.0, lanes=LANES, adaptive=LATENCY_ON)
+    limits: dict[int, adaptive.Limit] = {}
+    first = knee_transport(0.01, 0.005, knee=4)
+    report = await dispatch(first, items(600), settings, limits=limits)
+    # When the first dispatch (a fresh limit: it starts at the top and descends) is done
+    assert first.max_concurrent == 64
+    kept = limits[settings.lane]
+    assert not kept.descending
+    assert report.stats.final_limit == kept.current < 16
+    # Then the next one starts where it ended, not at max_in_flight again (its first calls find
+    # the consumer idle and answered fast, so it may grow a little before it is cut again)
+    second = knee_transport(0.01, 0.005, knee=4)
+    await dispatch(second, items(100), settings, limits=limits)
+    assert second.max_concurrent <= 2 * kept.current
+    # And without a kept limit, each dispatch starts at the top
+    fresh = knee_transport(0.01, 0.005, knee=4)
+    await dispatch(fresh, items(100), settings)
+    assert fresh.max_concurrent == 64
+
+
+async def test_without_the_latency_limit_each_dispatch_starts_at_the_top() -> None:
+    # Given the same consumer and a kept limit, with the default adaptive settings (latency off)
+    settings = DispatchSettings(max_in_flight=64, deadline_s=5.0, lanes=LANES)
+    limits: dict[int, adaptive.Limit] = {}
+    first = knee_transport(0.01, 0.005, knee=4)
+    await dispatch(first, items(600), settings, limits=limits)
+    # Then the window was never cut for its latency, and the next dispatch starts at the top
+    # again, as main's always did
+    assert first.max_concurrent == 64
+    assert not limits[settings.lane].descending
+    assert limits[settings.lane].current == 64
+    second = knee_transport(0.01, 0.005, knee=4)
+    await dispatch(second, items(100), settings, limits=limits)
+    assert second.max_concurrent == 64
+
+
+async def test_a_fresh_window_sends_its_first_calls_together() -> None:
+    # Given a fresh latency limit (a worker's first window of an endpoint) and a consumer that holds
+    # every call for 1 s
+    transport = ScriptedTransport(latency_s=1.0)
+    settings = DispatchSettings(max_in_flight=16, deadline_s=5.0, lanes=LANES, adaptive=LATENCY_ON)
+    limits: dict[int, adaptive.Limit] = {}
+    started = time.monotonic()
+    await dispatch(transport, items(16), settings, limits=limits)
+    # Then the 16 calls were all out at once and the dispatch took one answer's time
+    assert transport.max_concurrent == 16
+    assert time.monotonic() - started < 2.0
+    # And small batches after it (records produced in pairs) go out together too
+    pairs = ScriptedTransport(latency_s=0.01)
+    for _ in range(10):
+        await dispatch(pairs, items(2), settings, limits=limits)
+        assert pairs.max_concurrent == 2
 
 
 async def test_disabled_adaptive_keeps_max_in_flight() -> None:

@@ -194,12 +194,27 @@ class ParkConfig(BaseModel):
 
 
 class AdaptiveConfig(BaseModel):
-    """``[route.adaptive]``: concurrency adapts between ``min_in_flight`` and ``max_in_flight``."""
+    """``[route.adaptive]``: concurrency adapts between ``min_in_flight`` and ``max_in_flight``;
+    with ``latency`` (opt-in) it also shrinks when the consumer's answers slow down
+    (docs/dispatch.md, "Adaptive concurrency")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     enabled: bool = True
     min_in_flight: Count = Field(default=1, ge=1)
+    # The latency-aware limit (a gradient): off by default, it cost a backlog's drain on a
+    # busy machine (docs/dispatch.md).
+    latency: bool = False
+    # The answer latency that limit steers to, as a multiple of the consumer's unloaded latency.
+    latency_tolerance: Number = Field(default=2.0, gt=1, le=100)
+
+    @model_validator(mode="after")
+    def _latency_knobs(self) -> AdaptiveConfig:
+        if self.latency and not self.enabled:
+            raise Problem(("latency",), "needs enabled = true")
+        if "latency_tolerance" in self.model_fields_set and not self.latency:
+            raise Problem(("latency_tolerance",), "only applies with latency = true")
+        return self
 
 
 MAX_BATCH = 1000

@@ -65,6 +65,7 @@ async def dispatch(
     rand: Callable[[], float] = random.random,
     park_timer: ParkTimer | None = None,
     drain: asyncio.Event | None = None,
+    limits: dict[int, adaptive.Limit] | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -76,7 +77,9 @@ async def dispatch(
     over in ``DispatchReport.parked`` instead of awaited; ``park_timer`` (kept per endpoint)
     learns answer latencies and says when. Once ``drain`` is set (a draining stop), nothing more
     is sent: calls still out are parked and items not sent yet are handed to the park lane
-    unsent (parking routes only; others go on to the end).
+    unsent (parking routes only; others go on to the end). ``limits`` (kept per endpoint, by
+    lane) carries the latency limit (``adaptive.latency``) from one dispatch to the next; a fresh
+    one starts at the top. Without the latency limit every dispatch starts at the top.
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -94,6 +97,7 @@ async def dispatch(
         rand=rand,
         park_timer=park_timer or ParkTimer(),
         drain=drain,
+        limits=limits,
     )
     return await window.run()
 
@@ -112,6 +116,7 @@ class _Window:
         rand: Callable[[], float],
         park_timer: ParkTimer,
         drain: asyncio.Event | None = None,
+        limits: dict[int, adaptive.Limit] | None = None,
     ) -> None:
         self._transport = transport
         self._drain = drain
@@ -139,7 +144,19 @@ class _Window:
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
-        self._limit = adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
+        self._limits = limits
+        # A dispatch that keeps no limit starts at the top; with the latency limit on, a kept
+        # one goes on, and a fresh one starts at the top and descends to find the consumer's
+        # unloaded latency (off, ``rebound`` starts each at the top).
+        self._limit = (
+            adaptive.initial_limit(settings.max_in_flight, settings.adaptive)
+            if limits is None
+            else adaptive.rebound(
+                limits.get(settings.lane), settings.max_in_flight, settings.adaptive
+            )
+        )
+        if limits is not None:
+            limits[settings.lane] = self._limit
         self._bucket = (
             TokenBucket(settings.rate_limit, settings.rate_burst) if settings.rate_limit else None
         )
@@ -251,6 +268,7 @@ class _Window:
         task = asyncio.create_task(self._send(index))
         self._in_flight.add(task)
         self._stats.sent(len(self._in_flight))
+        self._keep_limit(adaptive.on_send(self._limit, len(self._in_flight)))
 
         def answered(done: asyncio.Task[tuple[Outcome, float]]) -> None:
             self._in_flight.discard(done)
@@ -260,6 +278,14 @@ class _Window:
 
         task.add_done_callback(answered)
         self._running[index] = (task, answered, time.monotonic(), self._now_ms())
+
+    def _keep_limit(self, limit: adaptive.Limit) -> None:
+        """The adaptive limit now, kept for the next dispatch of this endpoint and lane."""
+        if limit is self._limit:
+            return
+        self._limit = limit
+        if self._limits is not None:
+            self._limits[self._settings.lane] = self._limit
 
     def _park_in(self) -> float | None:
         """Seconds until every call still out may be parked; ``None`` while anything else is
@@ -395,8 +421,10 @@ class _Window:
     def _on_answer(self, index: int, outcome: Outcome, latency_s: float) -> None:
         delivery = self._work[index].delivery
         self._breaker.record(outcome.kind, down=not_there(outcome))
-        self._limit = adaptive.update(
-            self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
+        self._keep_limit(
+            adaptive.update(
+                self._limit, outcome.kind, latency_s, time.monotonic(), self._settings.adaptive
+            )
         )
         self._stats.answered(outcome.kind, latency_s)
         self._last_answer_at = time.monotonic()

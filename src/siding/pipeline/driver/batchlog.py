@@ -80,7 +80,9 @@ def clock_time(epoch_s: float) -> str:
 
 def task_line(route: str, lane: str, result: TaskResult) -> str:
     """Pure: what one task of a batch did, for the DEBUG log: its worker process, its records,
-    its sends, how long it waited for its breaker, and its suspects (docs/operations.md)."""
+    its sends, its window's limit when it ended (the adaptive one: a limit that stays low after
+    an outage shows here), how long it waited for its breaker, and its suspects
+    (docs/operations.md)."""
     c, st = result.counts, result.stats
     line = (
         f"route {route} {lane} task (executor {result.host} pid {result.pid}): {c.records}"
@@ -89,7 +91,8 @@ def task_line(route: str, lane: str, result: TaskResult) -> str:
     if st is None:
         return line
     return (
-        f"{line}; {st.sends} sends, max {st.max_in_flight} in flight, breaker wait"
+        f"{line}; {st.sends} sends, max {st.max_in_flight} in flight (limit {st.final_limit}"
+        f" at the end), breaker wait"
         f" {st.breaker_wait_s:.1f}s, suspects {st.suspected} (isolations {st.isolations},"
         f" convicted {st.convicted}, handed over {st.handed_over})"
     )

@@ -82,6 +82,8 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
         adaptive=AdaptiveSettings(
             enabled=route.adaptive.enabled,
             min_in_flight=min(route.adaptive.min_in_flight, route.max_in_flight),
+            latency=route.adaptive.latency,
+            latency_tolerance=route.adaptive.latency_tolerance,
         ),
         park=ParkSettings(
             enabled=park and route.parks,

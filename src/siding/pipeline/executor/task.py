@@ -367,7 +367,8 @@ def deliver(
     watch: Callable[[Transport], Transport] | None = None,
 ) -> DispatchReport:
     """Dispatch ``work`` on the worker's loop; calls it parks go on running there and are
-    settled when they answer. Parked calls still count against the endpoint's window.
+    settled when they answer. Parked calls still count against the endpoint's window; the
+    adaptive limit goes on from where the worker's last window of this endpoint and lane left it.
     ``watch`` wraps the transport for this dispatch (the task's progress sees its ACKs)."""
     rt = runtime()
     route = plan.route
@@ -406,6 +407,7 @@ def deliver(
             waiting=plan.waiting,
             breaker=breaker,
             park_timer=timer,
+            limits=rt.limits(key),
         )
     )
     if report.parked:

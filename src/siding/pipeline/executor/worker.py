@@ -1,5 +1,6 @@
 """What a Python worker process keeps between batches: one event loop running in its own thread,
-transports, breakers, park timers, producers, and the calls that outlived their batch.
+transports, breakers, park timers, adaptive limits, producers, and the calls that outlived their
+batch.
 
 Spark reuses Python workers (``spark.python.worker.reuse``), so connections live on; the loop's
 thread keeps parked calls running between tasks (docs/parking.md).
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 from siding.config import Endpoint, RouteConfig
 from siding.dispatch import BreakerSettings, CircuitBreaker, ParkTimer
+from siding.dispatch.adaptive import Limit
 from siding.dispatch.breaker import BreakerState
 from siding.kafka.tail import TopicTail
 from siding.pipeline.executor.live import LiveCalls
@@ -38,6 +40,8 @@ class _Endpoint:
     # A route whose consumer instances join at runtime: the pool, and what it was built from.
     pool: PoolTransport | None = None
     built_from: tuple[object, ...] = ()
+    # The adaptive limit by lane, carried from one batch's window to the next.
+    limits: dict[int, Limit] = field(default_factory=dict)
 
 
 # The key of a route's pool of instances among its endpoints (docs/registration.md).
@@ -93,6 +97,10 @@ class WorkerRuntime:
             entry.breaker_epoch = breaker_epoch
             self.endpoints[key] = entry
         return self._closed_by_operator(entry, breaker_epoch)
+
+    def limits(self, key: tuple[str, str]) -> dict[int, Limit]:
+        """The adaptive limits (by lane) of an endpoint ``endpoint`` or ``pool`` made."""
+        return self.endpoints[key].limits
 
     def _closed_by_operator(
         self, entry: _Endpoint, breaker_epoch: int
