@@ -6,14 +6,25 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from siding.dispatch import AdaptiveSettings, DispatchSettings, ParkSettings, Work, dispatch
+from siding.dispatch import (
+    AdaptiveSettings,
+    BreakerSettings,
+    DispatchSettings,
+    ParkSettings,
+    Work,
+    dispatch,
+    window,
+)
 from siding.dispatch.budget import (
     PACE_MARGIN,
+    Lease,
     LocalBudget,
     host_slots,
     rate_wait_s,
@@ -21,10 +32,10 @@ from siding.dispatch.budget import (
     ring_size,
     ring_window_s,
 )
-from siding.model import Delivery, Lane, delivery_id
+from siding.model import Delivery, Lane, Outcome, delivery_id
 from siding.pipeline.executor.plan import share_among_executors
-from siding.steps import Done, Parked
-from siding.transport.fake import ScriptedTransport
+from siding.steps import Done, Parked, ToDlq
+from siding.transport.fake import CrashingTransport, ScriptedTransport
 
 LANES = (Lane(delay_s=1.0, deadline_s=5.0),)
 
@@ -189,3 +200,104 @@ def test_a_batch_plan_gives_each_executor_its_share_of_the_route() -> None:
     three = share_among_executors(route, 3)
     assert (three.max_in_flight, three.rate_limit) == (14, 20.0)
     assert three.adaptive.min_in_flight == 14
+
+
+@dataclass
+class CountingBudget(LocalBudget):
+    """A ``LocalBudget`` that counts the slots it lent."""
+
+    lent: int = 0
+
+    def take(self) -> Lease | float:
+        lease = super().take()
+        if not isinstance(lease, float):
+            self.lent += 1
+        return lease
+
+
+class CountedSends:
+    """Counts the sends that reached the transport."""
+
+    def __init__(self, inner: CrashingTransport) -> None:
+        self.inner = inner
+        self.sends = 0
+
+    async def send(self, delivery: Delivery, deadline_s: float) -> Outcome:
+        self.sends += 1
+        return await self.inner.send(delivery, deadline_s)
+
+    async def probe(self) -> bool:
+        return await self.inner.probe()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.mark.timeout(60)
+async def test_the_park_lane_convicts_a_pill_under_a_budget_and_takes_a_slot_only_to_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a park-lane slice under the route's budget: a pill and 30 innocents that died with
+    # it in the main lane, all suspects, each waiting for the one out to be alone for a while.
+    # (With a slot taken before asking whether a suspect may go, and given back at once, the
+    # window woke itself before it ever awaited and spun: its sends never ran, the pill was
+    # never convicted, the park lane never committed; the e2e poison-pill tests on the first
+    # budget.)
+    monkeypatch.setattr(window, "HAND_BACK_MIN_S", 0.1)
+    work = [Work(rec(i), deaths=1) for i in range(31)]
+    pill = work[30].delivery.id
+    consumer = CountedSends(CrashingTransport(lambda d: d.id == pill, restart_s=0.05))
+    budget = CountingBudget(limit=10)
+    breaker = BreakerSettings(failure_threshold=3, open_for_s=0.02, max_open_for_s=0.05)
+    settings = DispatchSettings(
+        max_in_flight=10,
+        deadline_s=2.0,
+        lanes=LANES,
+        breaker=breaker,
+        recovery_s=0.3,
+        suspect_spread_s=0.2,
+        crash_limit=3,
+        hand_back=True,
+    )
+    # When the park lane delivers it, batch after batch (what is handed back comes again)
+    convicted = None
+    for _ in range(10):
+        report = await asyncio.wait_for(dispatch(consumer, work, settings, budget=budget), 10)
+        (only,) = [s for s in report.settled if s.work.delivery.id == pill]
+        if isinstance(only.step, ToDlq):
+            convicted = only.step
+            break
+        assert isinstance(only.step, Parked)
+        await asyncio.sleep(max(0.0, only.step.not_before_ms / 1000 - time.time()))
+        step = only.step
+        work = [Work(only.work.delivery, deaths=step.deaths, lone=step.lone)]
+    # Then the pill is convicted, every slot was lent for a send and every one came back
+    assert convicted is not None and "the consumer died" in convicted.reason
+    assert budget.lent == consumer.sends
+    assert budget.held == 0
+
+
+async def test_a_main_lane_with_a_pill_under_a_budget_lends_a_slot_per_send() -> None:
+    # Given a main-lane slice of 200 with a pill, under a budget of 10
+    work = [Work(rec(i)) for i in range(200)]
+    pill = work[57].delivery.id
+    consumer = CountedSends(CrashingTransport(lambda d: d.id == pill))
+    budget = CountingBudget(limit=10)
+    breaker = BreakerSettings(failure_threshold=3, open_for_s=0.02, max_open_for_s=0.05)
+    settings = DispatchSettings(
+        max_in_flight=10,
+        deadline_s=2.0,
+        lanes=LANES,
+        breaker=breaker,
+        recovery_s=0.05,
+        suspect_spread_s=0.2,
+    )
+    # When it is dispatched
+    report = await asyncio.wait_for(dispatch(consumer, work, settings, budget=budget), 20)
+    # Then the pill is convicted, the rest done, and no slot was taken but for a send
+    steps = {s.work.delivery.id: s.step for s in report.settled}
+    assert isinstance(steps.pop(pill), ToDlq)
+    assert all(isinstance(step, Done) for step in steps.values())
+    assert consumer.inner.max_out <= 10
+    assert budget.lent == consumer.sends
+    assert budget.held == 0

@@ -118,7 +118,7 @@ class _Window:
         park_timer: ParkTimer,
         drain: asyncio.Event | None = None,
         budget: Budget | None = None,
-        ) -> None:
+    ) -> None:
         self._transport = transport
         self._budget = budget
         self._drain = drain
@@ -239,13 +239,17 @@ class _Window:
             may = self._may_start(take=False)
             if may is not True:
                 return may
+            # Whether one may go before a slot is taken: a slot given back at once would wake
+            # this window before it ever awaits, and it would spin, starving the loop whose
+            # answers it waits for.
+            index, wait_s = self._suspects.next_up(now_ms, time.monotonic())
+            if index is None:
+                return wait_s
             lease = self._lease()
             if not isinstance(lease, _Lease):
                 return lease
-            index, wait_s = self._suspects.take(now_ms, time.monotonic())
-            if index is None:
-                lease.release()
-                return wait_s
+            index, _ = self._suspects.take(now_ms, time.monotonic())
+            assert index is not None  # next_up said so, and nothing ran in between
             if self._bucket is not None:
                 self._bucket.try_take()  # there is one: wait_s() was 0
             self._start_send(index, lease)
