@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from siding.dispatch import (
     AdaptiveSettings,
     BreakerSettings,
+    DispatchInterrupted,
     DispatchSettings,
     ParkSettings,
     Work,
@@ -300,4 +301,32 @@ async def test_a_main_lane_with_a_pill_under_a_budget_lends_a_slot_per_send() ->
     assert all(isinstance(step, Done) for step in steps.values())
     assert consumer.inner.max_out <= 10
     assert budget.lent == consumer.sends
+    assert budget.held == 0
+
+
+async def test_calls_cancelled_by_a_stop_or_cut_at_their_deadline_give_their_slots_back() -> None:
+    # Given a budget of 10 and calls that take far longer than their deadline
+
+    budget = LocalBudget(limit=10)
+    settings = DispatchSettings(max_in_flight=10, deadline_s=0.05, lanes=LANES)
+    hanging = ScriptedTransport(latency_s=5.0, honour_deadline=False)
+    # When the safety net cuts them at their deadline
+    report = await asyncio.wait_for(
+        dispatch(hanging, [Work(rec(i)) for i in range(15)], settings, budget=budget), 10
+    )
+    # Then each moved on and every slot is back
+    assert len(report.settled) == 15 and budget.held == 0
+    # And when a stop cancels the calls out
+    stop = asyncio.Event()
+    slow = ScriptedTransport(latency_s=5.0)
+    long = DispatchSettings(max_in_flight=10, deadline_s=30.0, lanes=LANES)
+    task = asyncio.create_task(
+        dispatch(slow, [Work(rec(100 + i)) for i in range(15)], long, stop=stop, budget=budget)
+    )
+    while budget.held < 10:
+        await asyncio.sleep(0.005)
+    stop.set()
+    with pytest.raises(DispatchInterrupted):
+        await asyncio.wait_for(task, 2)
+    # Then their slots are back too
     assert budget.held == 0
