@@ -41,6 +41,7 @@ from bench.workloads.memory import (
     last_two_thirds,
     parse_class_histogram,
     parse_jstat_gc,
+    parse_pss_kb,
 )
 from siding.config import parse_config
 from siding.devkit.broker import EmbeddedKafka
@@ -80,12 +81,23 @@ def _jvm_pid(root: int) -> int | None:
     return java[0] if java else None
 
 
+def _pss_mb(pid: int) -> float | None:
+    """The process's PSS (MB), or None when it ended or the kernel does not say."""
+    try:
+        return round(parse_pss_kb(Path(f"/proc/{pid}/smaps_rollup").read_text()) / 1024, 1)
+    except (OSError, ValueError):
+        return None
+
+
 def _detail(root: int, jvm: int | None, since: float) -> dict[str, Any]:
-    """Each process's RSS (MB) and the JVM's heap now."""
+    """Each process's RSS and PSS (MB) and the JVM's heap now."""
     procs = tree(read_stats(), root, ())
+    pss = {f"{p.pid} {p.name}": _pss_mb(p.pid) for p in procs}
     row: dict[str, Any] = {
         "t_s": round(time.monotonic() - since, 1),
         "rss_mb_by_pid": {f"{p.pid} {p.name}": round(p.rss / MB, 1) for p in procs},
+        "pss_mb_by_pid": pss,
+        "pss_mb": round(sum(v for v in pss.values() if v is not None), 1),
     }
     if jvm is not None:
         try:
@@ -278,6 +290,9 @@ def _result(
             "Spark Python workers": peak[4],
         },
         "last_two_thirds": asdict(verdict),
+        # the memory the tree holds, shared pages counted once (details every DETAIL_S)
+        "pss_mb_at_end": details[-1].get("pss_mb") if details else None,
+        "pss_last_two_thirds": _pss_flatness(details, window),
         "target": "RSS flat (under 5 % growth) over the last two thirds of the traffic",
         "target_met": verdict.flat,
         "jvm_classes_grown_during_traffic": grown_classes(histogram_start, histogram_end),
@@ -292,12 +307,23 @@ def _result(
             "route": "defaults (name, topic, group, endpoint; the config's default trigger)",
             "master": "the config's default (local[*])",
             "sampling": f"/proc every {SAMPLE_S:g} s (RSS summed over the tree's processes);"
-            f" detail (per process, jstat -gc) every {DETAIL_S:g} s",
+            f" detail (per process RSS and PSS, jstat -gc) every {DETAIL_S:g} s",
         },
         "series_columns": ["t_s", "total_mb", "driver_mb", "jvm_mb", "workers_mb", "processes"],
         "series": series,
         "details": details,
     }
+
+
+def _pss_flatness(
+    details: list[dict[str, Any]], window: tuple[float, float]
+) -> dict[str, Any] | None:
+    """The flatness verdict on the details' PSS totals (one every DETAIL_S), or None."""
+    points = [(d["t_s"], d["pss_mb"]) for d in details if d.get("pss_mb")]
+    try:
+        return asdict(flatness(points, window, step_s=DETAIL_S * 2))
+    except ValueError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,11 @@
 """Reading a soak's memory: the JVM's heap from ``jstat -gc``, its class histogram from ``jcmd``,
 and the verdict on an RSS series (flat, or by how much it grew). Pure functions; the soak
-(``bench/soak.py``) runs the tools and samples the tree."""
+(``bench/soak.py``) runs the tools and samples the tree.
+
+RSS counts a page in every process that maps it: the Python workers Spark forks from one daemon
+share the pages of what the daemon imported, so the tree's summed RSS counts those once per
+worker. PSS (proportional set size, ``/proc/<pid>/smaps_rollup``) charges a shared page to each
+of its N processes by 1/N: summed over the tree it is the memory the tree holds."""
 
 from __future__ import annotations
 
@@ -19,6 +24,15 @@ class Heap:
     committed_mb: float
     metaspace_mb: float
     full_gcs: int
+
+
+def parse_pss_kb(smaps_rollup: str) -> int:
+    """The ``Pss:`` line of a ``/proc/<pid>/smaps_rollup`` (kB); ValueError when absent."""
+    for line in smaps_rollup.splitlines():
+        name, _, rest = line.partition(":")
+        if name == "Pss":
+            return int(rest.split()[0])
+    raise ValueError("no Pss line in smaps_rollup")
 
 
 def parse_jstat_gc(text: str) -> Heap:

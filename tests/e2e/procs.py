@@ -5,6 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from siding.pipeline.executor import daemon
+
+# Spark's Python daemon and the workers it forks carry its module in their command line:
+# siding's (spark.python.daemon.module) or pyspark's own, which siding's falls back to.
+PYTHON_DAEMONS = (daemon.__name__.encode(), b"pyspark.daemon")
+
+
+def python_daemon_or_worker(command: bytes) -> bool:
+    """Whether ``command`` (a /proc cmdline) is Spark's Python daemon or one of its workers."""
+    return any(name in command for name in PYTHON_DAEMONS)
+
 
 def descendants(pid: int) -> set[int]:
     """Every live process below ``pid`` (from /proc)."""

@@ -25,7 +25,7 @@ from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
-from tests.e2e.procs import alive, descendants
+from tests.e2e.procs import alive, descendants, python_daemon_or_worker
 
 SimFactory = Callable[..., Any]
 
@@ -144,7 +144,7 @@ def _sigkill_of_the_pid_leaves_no_spark_process(proc: subprocess.Popen[bytes]) -
     alone, and assert that Spark's JVM and its Python workers end too (issue 26)."""
     spark = descendants(proc.pid)
     commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in spark if alive(pid)]
-    assert any(b"pyspark.daemon" in command for command in commands), commands
+    assert any(python_daemon_or_worker(command) for command in commands), commands
     # (Spark's JVM runs in a session of its own: a signal to siding's group misses it)
     assert all(os.getsid(pid) != proc.pid for pid in spark if alive(pid))
     # When siding is killed (SIGKILL to its PID: no handler, no drain)

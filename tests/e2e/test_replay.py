@@ -21,6 +21,7 @@ from siding.devkit.sim_produce import produce
 from siding.devkit.wait import wait_until
 from siding.kafka.reader import watermarks_of
 from siding.model import delivery_id
+from tests.e2e.procs import python_daemon_or_worker
 from tests.e2e.test_process import _kill_group, _siding_run, _write_config, skipped_on_replay
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def python_workers() -> list[int]:
-    """Spark's Python workers below this process: the children of its pyspark daemon."""
+    """Spark's Python workers below this process: the children of its Python daemon."""
     parent: dict[int, int] = {}
     command: dict[int, bytes] = {}
     for entry in Path("/proc").iterdir():
@@ -47,11 +48,12 @@ def python_workers() -> list[int]:
             pid = parent.get(pid, 0)
         return False
 
-    daemon = b"pyspark.daemon"
     return [
         pid
         for pid, ppid in parent.items()
-        if daemon in command.get(pid, b"") and daemon in command.get(ppid, b"") and mine(pid)
+        if python_daemon_or_worker(command.get(pid, b""))
+        and python_daemon_or_worker(command.get(ppid, b""))
+        and mine(pid)
     ]
 
 

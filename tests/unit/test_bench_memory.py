@@ -11,6 +11,7 @@ from bench.workloads.memory import (
     last_two_thirds,
     parse_class_histogram,
     parse_jstat_gc,
+    parse_pss_kb,
 )
 
 JSTAT = """\
@@ -137,3 +138,16 @@ def test_peaks_give_siding_its_jvm_and_workers_and_each_peer_its_own_tree() -> N
         "siding": 1300,
         "pc": 450,
     }
+
+
+def test_pss_is_read_from_smaps_rollup_and_its_absence_is_an_error() -> None:
+    rollup = (
+        "55d0c0a00000-7ffd1c3f5000 ---p 00000000 00:00 0   [rollup]\n"
+        "Rss:               97280 kB\n"
+        "Pss:               41873 kB\n"
+        "Pss_Anon:          30000 kB\n"
+        "Shared_Clean:      50000 kB\n"
+    )
+    assert parse_pss_kb(rollup) == 41873
+    with pytest.raises(ValueError, match="Pss"):
+        parse_pss_kb("Rss: 97280 kB\n")

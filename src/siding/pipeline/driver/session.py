@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 from siding import jvmarchive
 from siding.config import RouteConfig
 from siding.jvm import java_options, spark_jars
+from siding.pipeline.executor import daemon
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _LOG4J2 = Path(__file__).with_name("log4j2.properties")
 MAX_LOCAL_SLOTS = 64
+DAEMON_MODULE = daemon.__name__
 
 
 def task_slots(route: RouteConfig, partitions: int) -> int:
@@ -75,6 +77,9 @@ def session_conf(
         "spark.executor.extraJavaOptions": java_opts,
         # Python workers keep their connections (gRPC channels, HTTP pools) between batches.
         "spark.python.worker.reuse": "true",
+        # Spark forks them from a daemon that imported their code once (docs/operations.md,
+        # "Spark's Python workers"): a new worker imports nothing itself.
+        "spark.python.daemon.module": DAEMON_MODULE,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.sql.adaptive.enabled": "false",
