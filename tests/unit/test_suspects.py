@@ -112,6 +112,22 @@ def test_suspects_out_together_at_a_death_must_each_prove_themselves_alone() -> 
     assert take(s, 6.0) == 1  # the most lone deaths first
 
 
+def test_asking_who_is_next_changes_nothing() -> None:
+    # The window asks before it takes a slot of the route's budget (docs/dispatch.md, "One
+    # budget"): the answer is what ``take`` would say, and asking again says it again
+    s = Suspects(crash_limit=3, solo_s=0.1)
+    for index in (1, 2):
+        s.died(index, 0)
+        s.wait(index, 0)
+    assert s.next_up(0, 0.0) == s.next_up(0, 0.0) == (1, None)
+    assert take(s, 0.0) == 1
+    waiting, left = s.next_up(0, 0.04)  # 1 has not been out alone for its solo time yet
+    assert waiting is None and left == pytest.approx(0.06)
+    assert s.out == {1} and s.waiting() == [2] and s.isolations == 1
+    assert s.next_up(0, 0.1) == (2, None) and s.out == {1}
+    assert take(s, 0.1) == 2 and s.out == {1, 2}
+
+
 def test_a_suspect_turned_away_keeps_its_suspicion_and_leaves_the_slot() -> None:
     s = Suspects(crash_limit=3)
     s.died(1, 0)

@@ -159,13 +159,10 @@ class Suspects:
     def next_due_ms(self) -> int | None:
         return min(self._waiting.values()) if self._waiting else None
 
-    def take(self, now_ms: int, now: float) -> tuple[int | None, float | None]:
-        """(the suspect to send now, or ``None``; the seconds until the next one may follow the
-        suspects out, or ``None`` when none is due or the next waits for an answer).
-
-        The next is the one with the most lone deaths, then the most deaths, then the earliest.
-        It may go when no suspect is out, or when neither it nor any suspect out is exclusive
-        and the latest one out has been out alone for ``solo_s``."""
+    def next_up(self, now_ms: int, now: float) -> tuple[int | None, float | None]:
+        """What ``take`` would answer now, changing nothing: the window asks this before it
+        takes a slot of the route's budget for the send, so that it never takes one only to
+        give it back (docs/dispatch.md, "One budget per route and endpoint")."""
         due = [i for i, at in self._waiting.items() if at <= now_ms]
         if not due:
             return None, None
@@ -178,8 +175,20 @@ class Suspects:
             left = max(o.started for o in self._out.values()) + self._solo_s - now
             if left > 0:
                 return None, left
-            for other in self._out.values():
-                other.shared = True
+        return index, None
+
+    def take(self, now_ms: int, now: float) -> tuple[int | None, float | None]:
+        """(the suspect to send now, or ``None``; the seconds until the next one may follow the
+        suspects out, or ``None`` when none is due or the next waits for an answer).
+
+        The next is the one with the most lone deaths, then the most deaths, then the earliest.
+        It may go when no suspect is out, or when neither it nor any suspect out is exclusive
+        and the latest one out has been out alone for ``solo_s``."""
+        index, wait_s = self.next_up(now_ms, now)
+        if index is None:
+            return None, wait_s
+        for other in self._out.values():
+            other.shared = True
         del self._waiting[index]
         self._out[index] = _Out(now, shared=bool(self._out))
         self.isolations += 1

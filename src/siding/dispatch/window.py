@@ -18,6 +18,7 @@ from typing import Literal, assert_never
 
 from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
+from siding.dispatch.budget import Budget, Lease
 from siding.dispatch.errors import DispatchInterrupted
 from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
@@ -66,6 +67,7 @@ async def dispatch(
     park_timer: ParkTimer | None = None,
     drain: asyncio.Event | None = None,
     limits: dict[int, adaptive.Limit] | None = None,
+    budget: Budget | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -79,7 +81,10 @@ async def dispatch(
     is sent: calls still out are parked and items not sent yet are handed to the park lane
     unsent (parking routes only; others go on to the end). ``limits`` (kept per endpoint, by
     lane) carries the latency limit (``adaptive.latency``) from one dispatch to the next; a fresh
-    one starts at the top. Without the latency limit every dispatch starts at the top.
+    one starts at the top. Without the latency limit every dispatch starts at the top. ``budget``
+    is the in-flight and rate budget of the route and endpoint, shared with every other window
+    sending there (a call holds its slot until it ends, parked or not); it replaces
+    ``settings.rate_limit``.
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -98,6 +103,7 @@ async def dispatch(
         park_timer=park_timer or ParkTimer(),
         drain=drain,
         limits=limits,
+        budget=budget,
     )
     return await window.run()
 
@@ -117,8 +123,10 @@ class _Window:
         park_timer: ParkTimer,
         drain: asyncio.Event | None = None,
         limits: dict[int, adaptive.Limit] | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self._transport = transport
+        self._budget = budget
         self._drain = drain
         # An item retried inside this dispatch is replaced by its retry (``_retry_here``).
         self._work = list(work)
@@ -158,7 +166,9 @@ class _Window:
         if limits is not None:
             limits[settings.lane] = self._limit
         self._bucket = (
-            TokenBucket(settings.rate_limit, settings.rate_burst) if settings.rate_limit else None
+            TokenBucket(settings.rate_limit, settings.rate_burst)
+            if settings.rate_limit and budget is None
+            else None
         )
         self._stats = StatsRecorder()
         self._breaker_wait: asyncio.Task[None] | None = None
@@ -178,6 +188,7 @@ class _Window:
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
+        unwatch = self._budget.watch(self._wake) if self._budget is not None else None
         watches = [asyncio.create_task(e.wait()) for e in (self._stop, self._drain) if e]
         for watch in watches:
             watch.add_done_callback(lambda _: self._wake.set())
@@ -211,6 +222,8 @@ class _Window:
                 await self._sleep(_earliest(wait_s, park_in))
         finally:
             remove_listener()
+            if unwatch is not None:
+                unwatch()
             await self._cancel_all(watches)
         return self._report()
 
@@ -244,12 +257,20 @@ class _Window:
             may = self._may_start(take=False)
             if may is not True:
                 return may
-            index, wait_s = self._suspects.take(now_ms, time.monotonic())
+            # Whether one may go before a slot is taken: a slot given back at once would wake
+            # this window before it ever awaits, and it would spin, starving the loop whose
+            # answers it waits for.
+            index, wait_s = self._suspects.next_up(now_ms, time.monotonic())
             if index is None:
                 return wait_s
+            lease = self._lease()
+            if not isinstance(lease, _Lease):
+                return lease
+            index, _ = self._suspects.take(now_ms, time.monotonic())
+            assert index is not None  # next_up said so, and nothing ran in between
             if self._bucket is not None:
                 self._bucket.try_take()  # there is one: wait_s() was 0
-            self._start_send(index)
+            self._start_send(index, lease)
 
     def _launch_due(self, now_ms: int) -> float | None:
         while self._due:
@@ -259,13 +280,28 @@ class _Window:
             may = self._may_start()
             if may is not True:
                 return may
+            lease = self._lease()
+            if not isinstance(lease, _Lease):
+                return lease
             heapq.heappop(self._due)
             self._waiters.pop(index, None)  # its time came: it is the retry's send
-            self._start_send(index)
+            self._start_send(index, lease)
         return None
 
-    def _start_send(self, index: int) -> None:
-        task = asyncio.create_task(self._send(index))
+    def _lease(self) -> _Lease | float | None:
+        """A slot of the route's budget (or none needed), else what ``_launch`` should return:
+        the seconds until the budget may have one (``None``: until a slot is given back here)."""
+        if self._budget is None:
+            return _NO_LEASE
+        lease = self._budget.take()
+        if isinstance(lease, float):
+            return None if math.isinf(lease) else lease
+        return _Lease(lease)
+
+    def _start_send(self, index: int, lease: _Lease) -> None:
+        task = asyncio.create_task(self._send(index, lease))
+        # Also here: a send cancelled before it ran never reaches its own ``finally``.
+        task.add_done_callback(lambda _: lease.release())
         self._in_flight.add(task)
         self._stats.sent(len(self._in_flight))
         self._keep_limit(adaptive.on_send(self._limit, len(self._in_flight)))
@@ -393,7 +429,7 @@ class _Window:
             self._settle(index, Parked(token, not_before_ms, deaths))
         self._due.clear()
 
-    async def _send(self, index: int) -> tuple[Outcome, float]:
+    async def _send(self, index: int, lease: _Lease) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery
         deadline_s = self._work[index].deadline_s or self._settings.deadline_s
         started = time.monotonic()
@@ -405,6 +441,9 @@ class _Window:
             if not net.expired():
                 raise
             outcome = outcome_from_timeout(deadline_s)
+        finally:
+            # Answered, timed out or cancelled: the call is over at the consumer's end too.
+            lease.release()
         # Here, so that a parked call's answer is screened like the others.
         outcome = screen_outputs(outcome, self._settings.outputs)
         return outcome, time.monotonic() - started
@@ -652,6 +691,22 @@ class _Window:
 
 
 _Callback = Callable[[asyncio.Task[tuple[Outcome, float]]], None]
+
+
+class _Lease:
+    """A budget's lease, or none (no budget)."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: Lease | None) -> None:
+        self._lease = lease
+
+    def release(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+
+
+_NO_LEASE = _Lease(None)
 # The due time of a suspect waiting for the consumer to be back: set again when it is.
 _UNTIL_BACK_MS = 2**62
 

@@ -256,6 +256,7 @@ def run_backfill(
             sink=BatchSink(collect),
             parallelism=spark.sparkContext.defaultParallelism,
             controls=RouteControls({route.name: delivering}, config.control.registry_topic),
+            budget_scope="backfill",
         )
         status = "failed"
         try:

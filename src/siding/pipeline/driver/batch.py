@@ -26,6 +26,7 @@ from siding.model import Ordering
 from siding.pipeline.driver.batchlog import log_batch
 from siding.pipeline.driver.controls import RouteControls
 from siding.pipeline.driver.drain import Drain, DrainStopped, Sleep
+from siding.pipeline.driver.executors import executor_count
 from siding.pipeline.driver.flood import flood_reason
 from siding.pipeline.driver.keystate import KeyWaits
 from siding.pipeline.driver.pager import DlqPager
@@ -114,6 +115,8 @@ class BatchHandler(ABC):
     parallelism: int = 4
     controls: RouteControls = field(default_factory=RouteControls)
     drain: Drain = field(default_factory=Drain)
+    # Whose in-flight budget the batch's calls count against: the route's, or a backfill's own.
+    budget_scope: str = "live"
     # Where the application learns why a route stopped; without it (a backfill, a test) the
     # ``RouteStopped`` reaches the caller.
     stops: RouteStops | None = None
@@ -186,6 +189,7 @@ class BatchHandler(ABC):
         settlements: Mapping[str, Settlement] | None = None,
         drain_file: str = "",
         progress: ProgressPlan | None = None,
+        executors: int = 1,
     ) -> TaskPlan:
         """What the batch's tasks get: the route as its controls have it now."""
         return build_plan(
@@ -200,6 +204,8 @@ class BatchHandler(ABC):
             registry_conf=self.registry_conf,
             drain_file=drain_file,
             progress=progress,
+            executors=executors,
+            budget_scope=self.budget_scope,
             fence=self.fence(),
             tracing=self.tracing,
         )
@@ -329,6 +335,7 @@ class LaneBatchHandler(BatchHandler):
             self.waits.snapshot(),
             drain_file=self.drain.signal_file(self.route.name),
             progress=progress,
+            executors=executor_count(rdd.context),
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results

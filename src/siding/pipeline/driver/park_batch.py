@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from siding import naming
 from siding.errors import DurableWriteError
 from siding.pipeline.driver.batch import BatchHandler, checked, log
+from siding.pipeline.driver.executors import executor_count
 from siding.pipeline.driver.settlements import SettlementStore
 from siding.pipeline.executor.park_task import settle_partition
 from siding.pipeline.executor.result import TaskResult
@@ -56,7 +57,10 @@ class ParkBatchHandler(BatchHandler):
         rows = frame.selectExpr(*SELECT_EXPR)
         rdd = rows.rdd
         plan = self._plan(
-            max(rdd.getNumPartitions(), 1), {}, settlements=self.settlements.of(tokens)
+            max(rdd.getNumPartitions(), 1),
+            {},
+            settlements=self.settlements.of(tokens),
+            executors=executor_count(rdd.context),
         )
 
         def run() -> list[TaskResult]:

@@ -21,7 +21,7 @@ from typing import Any
 from siding.dispatch import Settled, Work
 from siding.errors import SidingError
 from siding.pipeline.executor import fence_gate
-from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_tasks
+from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_executors
 from siding.pipeline.executor.result import TaskResult
 from siding.pipeline.executor.rows import Incoming, incoming
 from siding.pipeline.executor.task import (
@@ -89,7 +89,9 @@ def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: 
     watch = None if trace is None else trace.wrap
     for lane, group in sorted(again.items()):
         own = min(lane, len(plan.route.lanes))  # the lanes may have been shortened since
-        settings = share_among_tasks(dispatch_settings(plan.route, own, park=False), plan.tasks)
+        settings = share_among_executors(
+            dispatch_settings(plan.route, own, park=False), plan.executors
+        )
         report = deliver(plan, settings, group, partition_id, watch=watch)
         settled += report.settled
         stats = report.stats

@@ -56,7 +56,8 @@ class ParkedCalls:
         self.unsettled_failures = 0
 
     def count(self, endpoint: tuple[str, str]) -> int:
-        """Parked calls of ``endpoint`` still running: they count against its in-flight limit."""
+        """Parked calls of ``endpoint`` still running in this worker (each holds a slot of the
+        route's budget until it answers: docs/dispatch.md, "One budget")."""
         return self._counts[endpoint]
 
     def adopt(self, calls: Sequence[ParkedCall], adoption: Adoption) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -16,6 +15,7 @@ from siding.dispatch import (
     ParkSettings,
     WaitingRecord,
 )
+from siding.dispatch.budget import host_share, host_slots
 from siding.model import Ordering
 from siding.pipeline.executor.fence_gate import FencePlan
 from siding.pipeline.executor.progress import ProgressPlan
@@ -52,6 +52,10 @@ class TaskPlan:
     progress: ProgressPlan | None = None
     # Where the workers report their calls in flight now (pipeline.executor.live); "" for nowhere.
     live_topic: str = ""
+    # The executors the route's budget is shared among (docs/dispatch.md, "One budget").
+    executors: int = 1
+    # Whose budget the calls count against: the route's ("live") or a backfill's own.
+    budget_scope: str = "live"
     # The fence the batch runs under; writes are refused once a newer epoch is claimed.
     fence: FencePlan | None = None
     # [tracing] as resolved on the driver; None: off (siding.tracing).
@@ -96,17 +100,18 @@ def dispatch_settings(route: RouteConfig, lane: int, *, park: bool = True) -> Di
     )
 
 
-def share_among_tasks(settings: DispatchSettings, tasks: int) -> DispatchSettings:
-    """Divide the route's in-flight window and rate among the batch's concurrent tasks."""
-    tasks = max(1, tasks)
-    in_flight = max(1, math.ceil(settings.max_in_flight / tasks))
+def share_among_executors(settings: DispatchSettings, executors: int) -> DispatchSettings:
+    """One executor's part of the route's in-flight limit and rate: the budget every task,
+    lane and parked call on that executor shares (docs/dispatch.md, "One budget"). One window
+    may use all of it."""
+    in_flight = host_slots(settings.max_in_flight, executors)
     adaptive = replace(
         settings.adaptive, min_in_flight=min(settings.adaptive.min_in_flight, in_flight)
     )
     return replace(
         settings,
         max_in_flight=in_flight,
-        rate_limit=settings.rate_limit / tasks if settings.rate_limit else 0.0,
+        rate_limit=host_share(settings.rate_limit, executors),
         adaptive=adaptive,
     )
 
@@ -124,6 +129,8 @@ def build_plan(
     registry_conf: Mapping[str, object] | None = None,
     drain_file: str = "",
     progress: ProgressPlan | None = None,
+    executors: int = 1,
+    budget_scope: str = "live",
     fence: FencePlan | None = None,
     tracing: TraceSettings | None = None,
 ) -> TaskPlan:
@@ -134,7 +141,9 @@ def build_plan(
         route=route,
         lane=lane,
         client_conf=dict(client_conf),
-        settings=share_among_tasks(dispatch_settings(route, max(lane, 0), park=parks), tasks),
+        settings=share_among_executors(
+            dispatch_settings(route, max(lane, 0), park=parks), executors
+        ),
         lane_topics=naming.route_lane_topics(route),
         dlq_topic=naming.route_dlq(route),
         park_topic=naming.park_topic(route.name),
@@ -149,6 +158,8 @@ def build_plan(
         drain_file=drain_file,
         progress=progress,
         live_topic=naming.state_topic(route.name, naming.LIVE),
+        executors=max(1, executors),
+        budget_scope=budget_scope,
         fence=fence,
         tracing=tracing,
     )

@@ -29,6 +29,7 @@ from siding.dispatch.keyorder import HELD, WaitEvent, order_key
 from siding.errors import SidingError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
 from siding.pipeline.executor import fence_gate
+from siding.pipeline.executor.budget import budget_dir, budget_path, shared_budget
 from siding.pipeline.executor.parked import Adoption
 from siding.pipeline.executor.plan import TaskPlan
 from siding.pipeline.executor.progress_task import Tracker, begin
@@ -367,8 +368,9 @@ def deliver(
     watch: Callable[[Transport], Transport] | None = None,
 ) -> DispatchReport:
     """Dispatch ``work`` on the worker's loop; calls it parks go on running there and are
-    settled when they answer. Parked calls still count against the endpoint's window; the
-    adaptive limit goes on from where the worker's last window of this endpoint and lane left it.
+    settled when they answer. Every call, parked or not, holds a slot of the budget of the
+    route and endpoint that all the machine's workers share until it ends; the adaptive limit
+    goes on from where the worker's last window of this endpoint and lane left it.
     ``watch`` wraps the transport for this dispatch (the task's progress sees its ACKs)."""
     rt = runtime()
     route = plan.route
@@ -395,9 +397,12 @@ def deliver(
         transport = rt.live.counting(route.name, transport)
         reports = rt.producer(plan.client_conf, use="live")
         rt.live.report_to(route.name, plan.live_topic, lambda out: reports.write(out, LIVE_WRITE_S))
-    running = rt.parked.count(key)
-    if running:
-        settings = replace(settings, max_in_flight=max(1, settings.max_in_flight - running))
+    budget = shared_budget(
+        budget_path(budget_dir(), route.name, key[1], plan.budget_scope),
+        settings.max_in_flight,
+        settings.rate_limit,
+        settings.rate_burst,
+    )
     report = rt.run(
         _dispatch_until_drained(
             plan.drain_file,
@@ -408,6 +413,7 @@ def deliver(
             breaker=breaker,
             park_timer=timer,
             limits=rt.limits(key),
+            budget=budget,
         )
     )
     if report.parked:
