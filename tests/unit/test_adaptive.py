@@ -26,55 +26,63 @@ ON = AdaptiveSettings(enabled=True, min_in_flight=2, increase=1.0, backoff_ratio
 LATENCY = AdaptiveSettings(
     enabled=True, min_in_flight=2, increase=1.0, backoff_ratio=0.5, latency=True
 )
+# The overload cuts are the same under both rules (the latency limit's own tests:
+# tests/unit/test_adaptive_latency.py).
+BOTH_RULES = pytest.mark.parametrize("rule", [ON, LATENCY], ids=["aimd", "latency"])
 
 
 def test_starts_at_the_configured_max() -> None:
     assert initial_limit(100, ON).current == 100
 
 
-def test_backoff_cuts_multiplicatively() -> None:
-    state = update(initial_limit(100, ON), OutcomeKind.BACKOFF, 0.01, now=10.0, settings=ON)
+@BOTH_RULES
+def test_backoff_cuts_multiplicatively(rule: AdaptiveSettings) -> None:
+    state = update(initial_limit(100, rule), OutcomeKind.BACKOFF, 0.01, now=10.0, settings=rule)
     assert state.current == 50
 
 
-def test_retries_cut_once_they_are_a_large_share_of_answers() -> None:
-    state = initial_limit(100, ON)
+@BOTH_RULES
+def test_retries_cut_once_they_are_a_large_share_of_answers(rule: AdaptiveSettings) -> None:
+    state = initial_limit(100, rule)
     for i in range(30):
-        state = update(state, OutcomeKind.RETRY, 0.01, now=10.0 + i, settings=ON)
+        state = update(state, OutcomeKind.RETRY, 0.01, now=10.0 + i, settings=rule)
     assert state.current < 100
 
 
-def test_a_few_slow_messages_do_not_shrink_the_window() -> None:
+@BOTH_RULES
+def test_a_few_slow_messages_do_not_shrink_the_window(rule: AdaptiveSettings) -> None:
     # Given 10 % of messages timing out (slow messages, the retry lanes' business)
-    state = initial_limit(100, ON)
+    state = initial_limit(100, rule)
     for i in range(1000):
         kind = OutcomeKind.RETRY if i % 10 == 0 else OutcomeKind.ACK
         state = update(
-            state, kind, 1.0 if kind is OutcomeKind.RETRY else 0.01, now=i / 100, settings=ON
+            state, kind, 1.0 if kind is OutcomeKind.RETRY else 0.01, now=i / 100, settings=rule
         )
     # Then the window stays open
     assert state.current == 100
 
 
-def test_one_cut_per_smoothed_latency_for_a_burst_of_failures() -> None:
+@BOTH_RULES
+def test_one_cut_per_smoothed_latency_for_a_burst_of_failures(rule: AdaptiveSettings) -> None:
     # Given a limit that has seen latencies of 100 ms
-    state = initial_limit(100, ON)
+    state = initial_limit(100, rule)
     for i in range(5):
-        state = update(state, OutcomeKind.ACK, 0.1, now=float(i), settings=ON)
+        state = update(state, OutcomeKind.ACK, 0.1, now=float(i), settings=rule)
     # When a full window of timeouts lands within a few ms
     for i in range(100):
-        state = update(state, OutcomeKind.RETRY, 0.1, now=10.0 + i / 1000, settings=ON)
+        state = update(state, OutcomeKind.RETRY, 0.1, now=10.0 + i / 1000, settings=rule)
     # Then the limit was cut once, not a hundred times
     assert state.current == 50
     # And a failure after the cooldown cuts again
-    state = update(state, OutcomeKind.RETRY, 0.1, now=10.5, settings=ON)
+    state = update(state, OutcomeKind.RETRY, 0.1, now=10.5, settings=rule)
     assert state.current == 25
 
 
-def test_a_window_of_timeouts_with_no_good_answer_yet_cuts_once() -> None:
-    state = initial_limit(100, ON)
+@BOTH_RULES
+def test_a_window_of_timeouts_with_no_good_answer_yet_cuts_once(rule: AdaptiveSettings) -> None:
+    state = initial_limit(100, rule)
     for i in range(100):
-        state = update(state, OutcomeKind.RETRY, 1.0, now=5.0 + i / 1000, settings=ON)
+        state = update(state, OutcomeKind.RETRY, 1.0, now=5.0 + i / 1000, settings=rule)
     assert state.current == 50
 
 

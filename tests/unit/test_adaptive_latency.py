@@ -334,52 +334,6 @@ def test_a_window_judges_by_its_fast_answers() -> None:
     assert percentile((0.3,), 0.25) == 0.3
 
 
-def test_backoff_cuts_multiplicatively() -> None:
-    state = update(initial_limit(100, ON), OutcomeKind.BACKOFF, 0.01, now=10.0, settings=ON)
-    assert state.current == 50
-
-
-def test_retries_cut_once_they_are_a_large_share_of_answers() -> None:
-    state = initial_limit(100, ON)
-    for i in range(30):
-        state = update(state, OutcomeKind.RETRY, 0.01, now=10.0 + i, settings=ON)
-    assert state.current < 100
-
-
-def test_a_few_timeouts_do_not_shrink_the_window() -> None:
-    # Given 10 % of messages timing out (slow messages, the retry lanes' business)
-    state = initial_limit(100, ON)
-    for i in range(1000):
-        kind = OutcomeKind.RETRY if i % 10 == 0 else OutcomeKind.ACK
-        state = update(
-            state, kind, 1.0 if kind is OutcomeKind.RETRY else 0.01, now=i / 100, settings=ON
-        )
-    # Then the window stays open
-    assert state.current == 100
-
-
-def test_one_cut_per_smoothed_latency_for_a_burst_of_failures() -> None:
-    # Given a limit that has seen latencies of 100 ms
-    state = initial_limit(100, ON)
-    for i in range(5):
-        state = update(state, OutcomeKind.ACK, 0.1, now=float(i), settings=ON)
-    # When a full window of timeouts lands within a few ms
-    for i in range(100):
-        state = update(state, OutcomeKind.RETRY, 0.1, now=10.0 + i / 1000, settings=ON)
-    # Then the limit was cut once, not a hundred times
-    assert state.current == 50
-    # And a failure after the cooldown cuts again
-    state = update(state, OutcomeKind.RETRY, 0.1, now=10.5, settings=ON)
-    assert state.current == 25
-
-
-def test_a_window_of_timeouts_with_no_good_answer_yet_cuts_once() -> None:
-    state = initial_limit(100, ON)
-    for i in range(100):
-        state = update(state, OutcomeKind.RETRY, 1.0, now=5.0 + i / 1000, settings=ON)
-    assert state.current == 50
-
-
 def test_an_overload_cut_grows_back_by_one_per_good_answer() -> None:
     # Given a limit that holds its latency target at 40, halved by a BACKOFF
     state = update(Limit(40.0, low=2, high=64, baseline_s=0.02), OutcomeKind.BACKOFF, 0.0, 0.0, ON)
