@@ -330,3 +330,27 @@ async def test_calls_cancelled_by_a_stop_or_cut_at_their_deadline_give_their_slo
         await asyncio.wait_for(task, 2)
     # Then their slots are back too
     assert budget.held == 0
+
+
+async def test_a_call_that_ends_wakes_its_window_once_not_again_for_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a window of one call at a time under a budget, counting the rounds of its loop
+    rounds = 0
+    launch = window._Window._launch
+
+    def counted(self: window._Window) -> float | None:
+        nonlocal rounds
+        rounds += 1
+        return launch(self)
+
+    monkeypatch.setattr(window._Window, "_launch", counted)
+    transport = ScriptedTransport(latency_s=0.005)
+    budget = LocalBudget(limit=1)
+    settings = DispatchSettings(max_in_flight=1, deadline_s=5.0, lanes=LANES)
+    # When 20 calls go one after another
+    report = await dispatch(transport, [Work(rec(i)) for i in range(20)], settings, budget=budget)
+    # Then the loop ran once per call (and once to start): a slot given back before the answer
+    # was queued woke it a second time per call, to find nothing to do
+    assert all(isinstance(s.step, Done) for s in report.settled) and budget.held == 0
+    assert rounds <= 20 + 2

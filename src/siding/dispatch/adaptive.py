@@ -280,10 +280,21 @@ def update(
     )
     is_retry = kind is OutcomeKind.RETRY
     share = state.retry_share + _SHARE_SMOOTHING * (float(is_retry) - state.retry_share)
-    state = replace(state, smoothed_s=smoothed, retry_share=share)
     overloaded = kind is OutcomeKind.BACKOFF or (is_retry and share > settings.retry_share_to_cut)
     if not settings.latency:
-        return _aimd(state, kind, latency_s, now, settings, overloaded=overloaded)
+        # One ``replace`` per answer: it is the costliest line here (a new 24-field state).
+        limit, floor_s, cut_at = _aimd(
+            state, kind, latency_s, now, settings, smoothed_s=smoothed, overloaded=overloaded
+        )
+        return replace(
+            state,
+            smoothed_s=smoothed,
+            retry_share=share,
+            limit=limit,
+            floor_s=floor_s,
+            last_cut_at=cut_at,
+        )
+    state = replace(state, smoothed_s=smoothed, retry_share=share)
     if overloaded:
         if state.last_cut_at is not None and now - state.last_cut_at < smoothed:
             return state
@@ -327,25 +338,27 @@ def _aimd(
     now: float,
     settings: AdaptiveSettings,
     *,
+    smoothed_s: float,
     overloaded: bool,
-) -> Limit:
-    """Pure: the AIMD rule (the latency limit off) after one answer that is not GONE, its
-    smoothed latency and RETRY share already noted: an overload halves the limit, at most once
-    per smoothed latency; a RETRY that is not one moves nothing; a good answer within
-    ``latency_tolerance`` times the floor grows it by ``increase``; a slower one leaves it."""
+) -> tuple[float, float | None, float | None]:
+    """Pure: the AIMD rule (the latency limit off) after one answer that is not GONE
+    (``smoothed_s``: the smoothed latency with it), as the state's new (limit, floor_s,
+    last_cut_at): an overload halves the limit, at most once per smoothed latency; a RETRY that
+    is not one moves nothing; a good answer within ``latency_tolerance`` times the floor grows
+    it by ``increase``; a slower one leaves it."""
+    unchanged = (state.limit, state.floor_s, state.last_cut_at)
     if overloaded:
-        if state.last_cut_at is not None and now - state.last_cut_at < (state.smoothed_s or 0.0):
-            return state
-        cut = max(float(state.low), state.limit * settings.backoff_ratio)
-        return replace(state, limit=cut, last_cut_at=now)
+        if state.last_cut_at is not None and now - state.last_cut_at < smoothed_s:
+            return unchanged
+        return max(float(state.low), state.limit * settings.backoff_ratio), state.floor_s, now
     if kind is OutcomeKind.RETRY:
-        return state
+        return unchanged
     # The floor comes from good answers only: an instant refusal says nothing about speed.
     floor = _next_floor(state.floor_s, latency_s)
     limit = state.limit
     if latency_s <= settings.latency_tolerance * floor + _SLACK_S:
         limit = min(float(state.high), limit + settings.increase)
-    return replace(state, limit=limit, floor_s=floor)
+    return limit, floor, state.last_cut_at
 
 
 def _next_floor(floor_s: float | None, latency_s: float) -> float:

@@ -299,8 +299,10 @@ class _Window:
         return _Lease(lease)
 
     def _start_send(self, index: int, lease: _Lease) -> None:
-        task = asyncio.create_task(self._send(index, lease))
-        # Also here: a send cancelled before it ran never reaches its own ``finally``.
+        task = asyncio.create_task(self._send(index))
+        # Answered, timed out or cancelled (even before it ran): the call is over at the
+        # consumer's end too, and its slot goes back. Added before ``answered`` so that both run
+        # before the window's loop does: it wakes once, with the answer and the slot.
         task.add_done_callback(lambda _: lease.release())
         self._in_flight.add(task)
         self._stats.sent(len(self._in_flight))
@@ -429,11 +431,14 @@ class _Window:
             self._settle(index, Parked(token, not_before_ms, deaths))
         self._due.clear()
 
-    async def _send(self, index: int, lease: _Lease) -> tuple[Outcome, float]:
+    async def _send(self, index: int) -> tuple[Outcome, float]:
         delivery = self._work[index].delivery
         deadline_s = self._work[index].deadline_s or self._settings.deadline_s
         started = time.monotonic()
         # The transport keeps the deadline itself; this is the net for one that does not.
+        # The lease goes back in the task's done-callback (``_start_send``), not here: given back
+        # here, it would wake this window before the answer is queued, and the window would run
+        # twice for every call that ends.
         try:
             async with asyncio.timeout(deadline_s + safety_grace_s(deadline_s)) as net:
                 outcome = await self._transport.send(delivery, deadline_s)
@@ -441,9 +446,6 @@ class _Window:
             if not net.expired():
                 raise
             outcome = outcome_from_timeout(deadline_s)
-        finally:
-            # Answered, timed out or cancelled: the call is over at the consumer's end too.
-            lease.release()
         # Here, so that a parked call's answer is screened like the others.
         outcome = screen_outputs(outcome, self._settings.outputs)
         return outcome, time.monotonic() - started
