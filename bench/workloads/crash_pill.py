@@ -91,7 +91,24 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
         "during_isolation_p50_ms": rounded_percentile(during, 50),
         "during_isolation_p99_ms": rounded_percentile(during, 99),
         "timeline": timeline(deaths, restarts, convicted_at, firsts.values()),
+        # Each time the consumer got the pill (it records a delivery before it dies of it): as
+        # many as the deaths, unless something else killed it.
+        "pill_received_s": pill_receipts(received, pill_id, deaths[0][0] if deaths else None),
     }
+
+
+def pill_receipts(
+    received: Iterable[Received], pill_id: str | None, began: float | None
+) -> list[dict[str, Any]]:
+    """Pure: when (seconds from the first death) and in which lane and attempt the consumer
+    received the pill."""
+    if pill_id is None or began is None:
+        return []
+    return [
+        {"at_s": round(r.received_s - began, 2), "lane": r.lane, "attempt": r.attempt}
+        for r in received
+        if r.delivery_id == pill_id
+    ]
 
 
 def timeline(
