@@ -94,6 +94,7 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
         # Each time the consumer got the pill (it records a delivery before it dies of it): as
         # many as the deaths, unless something else killed it.
         "pill_received_s": pill_receipts(received, pill_id, deaths[0][0] if deaths else None),
+        "exit_codes": [code for _, code in deaths],  # CRASH_EXIT_CODE: the pill's doing
     }
 
 
