@@ -14,13 +14,11 @@ import sys
 import time
 from collections.abc import Mapping
 
+from siding.transport.stream_trace import TRACE_ENV, enabled
+
 log = logging.getLogger(__name__)
 
-TRACE_ENV = "SIDING_TRACE_SUSPECTS"
-
-
-def enabled() -> bool:
-    return os.environ.get(TRACE_ENV, "") not in ("", "0")
+__all__ = ["TRACE_ENV", "SuspectTrace", "enabled", "line"]
 
 
 def line(where: str, event: str, record: str, fields: Mapping[str, object]) -> str:

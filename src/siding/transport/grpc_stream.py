@@ -33,6 +33,7 @@ from siding.transport.outcomes import (
     oversize,
     too_large,
 )
+from siding.transport.stream_trace import trace_ended
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,9 @@ class _Stream:
         cause = _describe(error)
         log.info("gRPC stream to the consumer ended: %s", cause)
         outcomes = self._outcomes_at_end(error, str(cause))
+        trace_ended(
+            str(cause), [(i, e.written) for i, e in self.pending.items()], ours=self._closing
+        )
         for entry, outcome in zip(self.pending.values(), outcomes, strict=True):
             entry.resolve(outcome)
         self.pending.clear()
