@@ -52,6 +52,9 @@ class _Pending:
     """One delivery id on the wire; every ``send`` waiting for its answer has a future here."""
 
     waiters: list[asyncio.Future[Outcome]] = field(default_factory=list)
+    # Handed to gRPC's write on a live call: from then on the consumer may have it, even before
+    # gRPC says the write is over (a consumer that reads a delivery and dies at once can break
+    # the stream first: that delivery must be a suspect, or its death is not counted).
     written: bool = False
     # The serialized frame it went in (a Delivery, or a DeliveryBatch of ``frame_count``), to
     # match a "larger than max (N vs. M)" refusal.
@@ -115,8 +118,8 @@ class _Stream:
                 entry, delivery_id, message = await self._outbox.get()
                 if self.pending.get(delivery_id) is not entry:
                     continue  # its senders gave up before it reached the wire
+                entry.written = not self.call.done()  # an ended call sends nothing
                 await self.call.write(message)
-                entry.written = True
         except Exception as error:  # whatever stops the stream must fail it, never hang it
             self.fail(error)
 
