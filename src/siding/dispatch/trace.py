@@ -39,6 +39,7 @@ class SuspectTrace:
             return
         text = line(self.where, event, record, {"at": f"{time.time():.3f}", **fields})
         if self._loud:
-            print(text, file=sys.stderr, flush=True)
+            sys.stderr.write(f"{text}\n")  # one write: lines of several workers never mix
+            sys.stderr.flush()
         else:
             log.debug("%s", text)

@@ -31,4 +31,5 @@ def ended_line(cause: str, entries: Sequence[tuple[str, bool]], *, ours: bool, p
 def trace_ended(cause: str, entries: Sequence[tuple[str, bool]], *, ours: bool) -> None:
     if enabled():
         line = ended_line(cause, entries, ours=ours, pid=os.getpid())
-        print(f"{line} at={time.time():.3f}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"{line} at={time.time():.3f}\n")  # one write: lines never mix
+        sys.stderr.flush()
