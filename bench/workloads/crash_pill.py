@@ -9,6 +9,7 @@ latency of innocent messages, overall and for those produced while the isolation
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from typing import Any
 from bench.workloads.context import BenchContext, scaled
 from bench.workloads.measure import first_receipts, rounded_percentile
 from bench.workloads.traffic import start_producer, traffic_ids
+from siding.devkit.harness import DeadLetter
 from siding.devkit.sim_consumer import (
     Behaviour,
     Received,
@@ -76,6 +78,8 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
     return {
         "deaths": len(deaths),
         "convicted": [x.story.reason for x in letters if x.story is not None],
+        # The deaths the conviction counted: as many as ``deaths`` when none was lost on the way.
+        "deaths_counted": counted_deaths(letters, pill_id),
         "seconds_first_death_to_conviction": (
             round(convicted_at - deaths[0][0], 1) if deaths and convicted_at else None
         ),
@@ -91,7 +95,35 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
         "during_isolation_p50_ms": rounded_percentile(during, 50),
         "during_isolation_p99_ms": rounded_percentile(during, 99),
         "timeline": timeline(deaths, restarts, convicted_at, firsts.values()),
+        # Each time the consumer got the pill (it records a delivery before it dies of it): as
+        # many as the deaths, unless something else killed it.
+        "pill_received_s": pill_receipts(received, pill_id, deaths[0][0] if deaths else None),
+        "exit_codes": [code for _, code in deaths],  # CRASH_EXIT_CODE: the pill's doing
     }
+
+
+def counted_deaths(letters: Iterable[DeadLetter], pill_id: str | None) -> int | None:
+    """The deaths the pill's conviction says it counted ("the consumer died N times")."""
+    for letter in letters:
+        story = letter.story
+        if story is not None and story.origin.delivery_id == pill_id:
+            found = re.search(r"died (\d+) times", story.reason)
+            return int(found.group(1)) if found else None
+    return None
+
+
+def pill_receipts(
+    received: Iterable[Received], pill_id: str | None, began: float | None
+) -> list[dict[str, Any]]:
+    """Pure: when (seconds from the first death) and in which lane and attempt the consumer
+    received the pill."""
+    if pill_id is None or began is None:
+        return []
+    return [
+        {"at_s": round(r.received_s - began, 2), "lane": r.lane, "attempt": r.attempt}
+        for r in received
+        if r.delivery_id == pill_id
+    ]
 
 
 def timeline(

@@ -8,6 +8,7 @@ dead-letters nothing.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -147,6 +148,9 @@ def test_a_message_that_kills_the_consumer_is_dead_lettered_and_nothing_else_is(
     assert letter.story.attempt == 1  # deaths spend no attempt
     deaths = supervisor.deaths
     assert CRASH_LIMIT <= deaths <= CRASH_LIMIT + 2, supervisor.exits
+    # every death was counted against it: none was taken for a message that never left
+    counted = re.search(r"died (\d+) times", letter.story.reason)
+    assert counted is not None and int(counted.group(1)) == deaths, letter.story.reason
     assert all(code == CRASH_EXIT_CODE for _, code in supervisor.exits)
     assert not supervisor.errors
     # And every other message was delivered; duplicates are bounded by what was out at deaths

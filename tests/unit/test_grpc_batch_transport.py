@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,10 +16,12 @@ import grpc.aio
 import pytest
 
 from siding.consumer import ConsumerServer, Reply, ack, dead, retry
+from siding.devkit.sim_consumer import SimConsumerProcess
 from siding.model import Delivery, Outcome, OutcomeKind
 from siding.transport.batching import BatchLimits
 from siding.transport.grpc_batch import GrpcBatchTransport
 from siding.transport.grpc_common import ChannelSpec
+from siding.transport.grpc_stream import GrpcStreamTransport
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -267,3 +270,35 @@ async def test_a_frame_too_large_for_the_consumer_is_split_and_only_a_big_record
     # And only the big one is too large, alone
     assert outcomes[6].kind is OutcomeKind.DEAD
     assert outcomes[6].reason.startswith("message too large: ")
+
+
+@pytest.mark.parametrize("kind", ["stream", "batch"])
+async def test_a_consumer_that_dies_while_a_delivery_is_written_makes_it_a_suspect(
+    kind: str,
+) -> None:
+    # Given a real consumer process with a stream open, that stops reading (SIGSTOP)
+    big = 32 << 20  # more than the socket buffers and gRPC's windows hold: the write waits
+    options = (("grpc.max_send_message_length", 2 * big),)
+    consumer = SimConsumerProcess().start()
+    spec = ChannelSpec(consumer.target, options=options)
+    t = (
+        GrpcStreamTransport(spec)
+        if kind == "stream"
+        else GrpcBatchTransport(spec, limits=BatchLimits(8, 0.0, 2 * big))
+    )
+    try:
+        assert (await t.send(delivery(1), 5)).kind is OutcomeKind.ACK
+        consumer.signal(signal.SIGSTOP)
+        # When a large delivery is being written to it and the consumer dies meanwhile
+        sending = asyncio.create_task(t.send(delivery(2, value=b"x" * big), 30))
+        await asyncio.sleep(1.0)
+        assert not sending.done()
+        consumer.kill()
+        outcome = await asyncio.wait_for(sending, 10)
+    finally:
+        consumer.stop()
+        await t.close()
+    # Then the delivery may have been in the consumer's hands: a suspect, as if it was answered
+    # by the death (a consumer that read it and died at once breaks the stream as fast as
+    # gRPC says the write is over: docs/dispatch.md, "Suspects")
+    assert (outcome.kind, outcome.lost) == (OutcomeKind.BACKOFF, True), outcome

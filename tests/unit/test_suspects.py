@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch, window
+from siding.dispatch import BreakerSettings, DispatchSettings, Work, dispatch, trace, window
 from siding.dispatch.parking import ParkSettings
 from siding.dispatch.suspects import Suspects
 from siding.model import Delivery, Lane, Ordering, delivery_id
@@ -384,3 +384,35 @@ async def test_a_death_with_calls_out_opens_the_breaker_at_the_death_pace() -> N
     assert opened and all(t.death and t.open_for_s == 0.1 for t in opened)
     assert all(isinstance(s.step, Done) for s in report.settled)
     assert time.monotonic() - started < 4.0
+
+
+async def test_the_trace_follows_the_pill_through_each_death(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the suspects' trace on, and a consumer that dies on one message
+    monkeypatch.setenv(trace.TRACE_ENV, "1")
+    work = items(40)
+    pill = work[7].delivery.id
+    consumer = CrashingTransport(lambda d: d.id == pill)
+    # When the slice is dispatched
+    report = await asyncio.wait_for(
+        dispatch(consumer, work, SETTINGS, trace=trace.SuspectTrace("lane=0 batch=3 task=1")), 20
+    )
+    # Then each death of the pill is one "died" line of the pill, with its tally before and after
+    assert report.stats.convicted == 1
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("siding-suspect ")]
+    died = [x for x in lines if x.split()[1:3] == ["died", pill]]
+    assert len(died) == consumer.deaths
+    assert [f"deaths={n}->{n + 1}" in x for n, x in enumerate(died)] == [True] * len(died)
+    assert "convicted=True" in died[-1] and "convicted=False" in died[0]
+    assert all(" lane=0 batch=3 task=1 pid=" in x for x in died)
+    sends = [x for x in lines if x.split()[1:3] == ["send", pill]]
+    assert len(sends) >= SETTINGS.crash_limit  # isolated: each lone death followed a send
+
+
+def test_a_trace_line_names_the_event_the_record_and_where() -> None:
+    where = "lane=park batch=12 task=0 pid=7"
+    assert (
+        trace.line(where, "died", "t/0/1", {"deaths": "1->2", "lone": "0->1"})
+        == "siding-suspect died t/0/1 lane=park batch=12 task=0 pid=7 deaths=1->2 lone=0->1"
+    )

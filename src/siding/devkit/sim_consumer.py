@@ -630,6 +630,11 @@ class SimConsumerProcess:
         """The exit code once the process has ended on its own; ``None`` while it runs."""
         return None if self._proc is None else self._proc.poll()
 
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process (SIGSTOP: it stops reading, as a hung consumer would)."""
+        if self._proc is not None:
+            self._proc.send_signal(sig)
+
     def kill(self) -> None:
         """SIGKILL: the process dies with whatever it holds."""
         if self._proc is not None:

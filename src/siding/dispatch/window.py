@@ -26,7 +26,8 @@ from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
 from siding.dispatch.settings import DispatchSettings
 from siding.dispatch.stats import StatsRecorder
-from siding.dispatch.suspects import Suspects
+from siding.dispatch.suspects import Conviction, Suspects
+from siding.dispatch.trace import SuspectTrace
 from siding.dispatch.work import DispatchReport, ParkedCall, Settled, Work
 from siding.errors import EndpointGoneError
 from siding.model import Ordering, Outcome, OutcomeKind
@@ -68,6 +69,7 @@ async def dispatch(
     drain: asyncio.Event | None = None,
     limits: dict[int, adaptive.Limit] | None = None,
     budget: Budget | None = None,
+    trace: SuspectTrace | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -84,7 +86,8 @@ async def dispatch(
     one starts at the top. Without the latency limit every dispatch starts at the top. ``budget``
     is the in-flight and rate budget of the route and endpoint, shared with every other window
     sending there (a call holds its slot until it ends, parked or not); it replaces
-    ``settings.rate_limit``.
+    ``settings.rate_limit``. ``trace`` says where the suspects' trace lines come from
+    (``siding.dispatch.trace``).
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -104,6 +107,7 @@ async def dispatch(
         drain=drain,
         limits=limits,
         budget=budget,
+        trace=trace,
     )
     return await window.run()
 
@@ -124,8 +128,10 @@ class _Window:
         drain: asyncio.Event | None = None,
         limits: dict[int, adaptive.Limit] | None = None,
         budget: Budget | None = None,
+        trace: SuspectTrace | None = None,
     ) -> None:
         self._transport = transport
+        self._trace = trace or SuspectTrace(f"lane={settings.lane}")
         self._budget = budget
         self._drain = drain
         # An item retried inside this dispatch is replaced by its retry (``_retry_here``).
@@ -149,6 +155,8 @@ class _Window:
         self._recovering: set[int] = set()
         for index, item in enumerate(work):
             self._suspects.seed(index, item.deaths, breaker.served, item.lone)
+            if item.deaths:
+                self._trace("seed", item.delivery.id, deaths=item.deaths, lone=item.lone)
         self._in_flight: set[asyncio.Task[tuple[Outcome, float]]] = set()
         self._answers: deque[tuple[int, asyncio.Task[tuple[Outcome, float]]]] = deque()
         self._wake = asyncio.Event()
@@ -268,6 +276,7 @@ class _Window:
                 return lease
             index, _ = self._suspects.take(now_ms, time.monotonic())
             assert index is not None  # next_up said so, and nothing ran in between
+            self._trace_suspect("send", index, others_out=len(self._suspects.out) - 1)
             if self._bucket is not None:
                 self._bucket.try_take()  # there is one: wait_s() was 0
             self._start_send(index, lease)
@@ -381,6 +390,7 @@ class _Window:
                 not_before_ms = parked_not_before_ms(started_ms, deadline_s, grace_s)
                 step = Parked(token, not_before_ms, deaths, lone)
                 self._parked.append(ParkedCall(self._work[index], token, task))
+            self._trace_suspect("hand-over", index, carried_lone=lone, out=running is not None)
             self._stats.handed_over()
             self._settle(index, step)
 
@@ -395,14 +405,16 @@ class _Window:
             return False
         if self._breaker.state is not BreakerState.CLOSED:
             return False
+        now_ms = self._now_ms()
         back = self._suspects.to_hand_back(
-            self._now_ms(), self._breaker.served, round(HAND_BACK_MIN_S * 1000)
+            now_ms, self._breaker.served, round(HAND_BACK_MIN_S * 1000)
         )
         if back is None:
             return False
         for index, due_ms in sorted(back.items()):
             deaths = self._suspects.deaths(index)
             lone = self._suspects.carried_lone(index, self._breaker.served)
+            self._trace_suspect("hand-back", index, carried_lone=lone, due_in_ms=due_ms - now_ms)
             self._stats.handed_over()
             self._settle(index, Parked(uuid.uuid4().hex, due_ms, deaths, lone))
         return True
@@ -476,9 +488,8 @@ class _Window:
         now_ms = self._now_ms()
         recovering = False
         if outcome.lost:
-            lone = self._suspects.lone(index)
-            conviction = self._suspects.died(index, self._breaker.served)
-            if self._suspects.lone(index) > lone and conviction is None:
+            conviction, alone = self._died(index)
+            if alone and conviction is None:
                 # The consumer died on it alone: it is down. The breaker opens and probes; this
                 # suspect goes again only ``recovery_s`` after the consumer is back, so that the
                 # consumer serves the others between two of its deaths (else the main line would
@@ -495,7 +506,10 @@ class _Window:
                 return
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
             self._suspects.refused(index)
+            self._trace_suspect("refused", index, reason=repr(outcome.reason[:120]))
         else:
+            if index in self._suspects:
+                self._trace_suspect("cleared", index, answer=outcome.kind.name)
             self._suspects.answered(index)
             outcome = self._singled_out(index, outcome, now_ms)
         consecutive = self._backoffs.get(index, 0) + 1
@@ -527,6 +541,22 @@ class _Window:
                     self._settle(index, step)
             case _:  # a new step must say here whether it settles the record
                 assert_never(step)
+
+    def _died(self, index: int) -> tuple[Conviction | None, bool]:
+        """The consumer went away with ``index`` out: (its conviction, if this settles it;
+        whether no other suspect was out with it)."""
+        deaths, lone = self._suspects.deaths(index), self._suspects.lone(index)
+        conviction = self._suspects.died(index, self._breaker.served)
+        lone_now = conviction.lone if conviction is not None else self._suspects.lone(index)
+        self._trace(
+            "died",
+            self._work[index].delivery.id,
+            deaths=f"{deaths}->{deaths + 1}",
+            lone=f"{lone}->{lone_now}",
+            convicted=conviction is not None,
+            served=self._breaker.served,
+        )
+        return conviction, lone_now > lone
 
     def _retry_here(self, index: int, step: ToLane, now_ms: int) -> bool:
         """Key mode: keep a retried record in the batch, due at its lane's time, its key's line
@@ -649,12 +679,23 @@ class _Window:
         self._stats.breaker_changed(transition)
         if transition.after is BreakerState.CLOSED and self._recovering:
             # The consumer is back: the suspects that killed it go again after a while.
-            due_ms = self._now_ms() + round(self._settings.recovery_s * 1000)
+            now_ms = self._now_ms()
+            due_ms = now_ms + round(self._settings.recovery_s * 1000)
             for index in self._recovering:
                 spread_ms = self._settings.suspect_spread_s * 1000 * self._rand()
                 self._suspects.wait(index, due_ms + round(spread_ms))
+                self._trace_suspect("back", index, due_in_ms=due_ms + round(spread_ms) - now_ms)
             self._recovering.clear()
         self._wake.set()
+
+    def _trace_suspect(self, event: str, index: int, **fields: object) -> None:
+        self._trace(
+            event,
+            self._work[index].delivery.id,
+            deaths=self._suspects.deaths(index),
+            lone=self._suspects.lone(index),
+            **fields,
+        )
 
     async def _sleep(self, timeout: float | None) -> None:
         try:

@@ -107,9 +107,11 @@ class _BatchStream(_Stream):
                     continue  # their senders gave up before the frame reached the wire
                 batch = consumer_pb2.DeliveryBatch(deliveries=[m for _, _, m in live])
                 size = batch.ByteSize()
-                await self._batch_call.write(batch)
+                # On the wire once handed to gRPC (``_Pending.written``), unless the call ended.
+                sent = not self._batch_call.done()
                 for entry, _, _ in live:
-                    entry.written, entry.size, entry.frame_count = True, size, len(live)
+                    entry.written, entry.size, entry.frame_count = sent, size, len(live)
+                await self._batch_call.write(batch)
         except Exception as error:  # whatever stops the stream must fail it, never hang it
             self.fail(await self._why(error))
 

@@ -33,6 +33,7 @@ from siding.transport.outcomes import (
     oversize,
     too_large,
 )
+from siding.transport.stream_trace import trace_ended
 from siding.v1 import consumer_pb2, consumer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class _Pending:
     """One delivery id on the wire; every ``send`` waiting for its answer has a future here."""
 
     waiters: list[asyncio.Future[Outcome]] = field(default_factory=list)
+    # Handed to gRPC's write on a live call: from then on the consumer may have it, even before
+    # gRPC says the write is over (a consumer that reads a delivery and dies at once can break
+    # the stream first: that delivery must be a suspect, or its death is not counted).
     written: bool = False
     # The serialized frame it went in (a Delivery, or a DeliveryBatch of ``frame_count``), to
     # match a "larger than max (N vs. M)" refusal.
@@ -114,8 +118,8 @@ class _Stream:
                 entry, delivery_id, message = await self._outbox.get()
                 if self.pending.get(delivery_id) is not entry:
                     continue  # its senders gave up before it reached the wire
+                entry.written = not self.call.done()  # an ended call sends nothing
                 await self.call.write(message)
-                entry.written = True
         except Exception as error:  # whatever stops the stream must fail it, never hang it
             self.fail(error)
 
@@ -145,6 +149,9 @@ class _Stream:
         cause = _describe(error)
         log.info("gRPC stream to the consumer ended: %s", cause)
         outcomes = self._outcomes_at_end(error, str(cause))
+        trace_ended(
+            str(cause), [(i, e.written) for i, e in self.pending.items()], ours=self._closing
+        )
         for entry, outcome in zip(self.pending.values(), outcomes, strict=True):
             entry.resolve(outcome)
         self.pending.clear()

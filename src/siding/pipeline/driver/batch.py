@@ -190,6 +190,7 @@ class BatchHandler(ABC):
         drain_file: str = "",
         progress: ProgressPlan | None = None,
         executors: int = 1,
+        batch_id: int = -1,
     ) -> TaskPlan:
         """What the batch's tasks get: the route as its controls have it now."""
         return build_plan(
@@ -208,6 +209,7 @@ class BatchHandler(ABC):
             budget_scope=self.budget_scope,
             fence=self.fence(),
             tracing=self.tracing,
+            batch_id=batch_id,
         )
 
     def _run_with_retries(self, run: Callable[[], T], batch_id: int) -> T:
@@ -301,7 +303,7 @@ class LaneBatchHandler(BatchHandler):
 
         def run() -> list[TaskResult]:
             progress = self._progress_plan(query_id, batch_id, next(attempt))
-            results = checked(self._run(rows, progress))
+            results = checked(self._run(rows, progress, batch_id))
             skipped = sum(r.skipped for r in results)
             if skipped:
                 log.info(
@@ -328,7 +330,9 @@ class LaneBatchHandler(BatchHandler):
         every = self.route.progress_every
         return ProgressPlan(store.topic, self.query, query_id, batch_id, interval_s, known, every)
 
-    def _run(self, rows: DataFrame, progress: ProgressPlan | None = None) -> list[TaskResult]:
+    def _run(
+        self, rows: DataFrame, progress: ProgressPlan | None = None, batch_id: int = -1
+    ) -> list[TaskResult]:
         rdd = rows.rdd
         plan = self._plan(
             rdd.getNumPartitions(),
@@ -336,6 +340,7 @@ class LaneBatchHandler(BatchHandler):
             drain_file=self.drain.signal_file(self.route.name),
             progress=progress,
             executors=executor_count(rdd.context),
+            batch_id=batch_id,
         )
         results: list[TaskResult] = rdd.mapPartitionsWithIndex(deliver_partition(plan)).collect()
         return results

@@ -61,6 +61,7 @@ class ParkBatchHandler(BatchHandler):
             {},
             settlements=self.settlements.of(tokens),
             executors=executor_count(rdd.context),
+            batch_id=batch_id,
         )
 
         def run() -> list[TaskResult]:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from siding.dispatch import Settled, Work
+from siding.dispatch.trace import SuspectTrace
 from siding.errors import SidingError
 from siding.pipeline.executor import fence_gate
 from siding.pipeline.executor.plan import TaskPlan, dispatch_settings, share_among_executors
@@ -31,6 +32,7 @@ from siding.pipeline.executor.task import (
     flush_spans,
     is_dead,
     split_letters,
+    suspect_trace,
     tally,
     task_trace,
     topic_of,
@@ -78,11 +80,30 @@ def sort_parked(
     return finished, again, later
 
 
+def trace_settled(
+    trace: SuspectTrace, items: Sequence[Incoming], settlements: Mapping[str, Settlement]
+) -> None:
+    """A trace line for each parked record whose call the consumer went away with (a death
+    counted here, from its settlement) and each that arrives a suspect."""
+    for item in items:
+        settlement = settlements.get(item.park_token)
+        lost = settlement is not None and settlement.outcome.lost
+        if lost or item.deaths:
+            trace(
+                "parked-lost" if lost else "parked",
+                item.delivery.id,
+                deaths=f"{item.deaths}->{item.deaths + int(lost)}" if lost else item.deaths,
+                lone=item.lone,
+                answered=settlement is not None,
+            )
+
+
 def run_park_slice(plan: TaskPlan, rows: Iterable[Sequence[Any]], partition_id: int) -> TaskResult:
     items = incoming(rows, lane=1)  # parked records carry their story, like lane records
     if not items:
         return TaskResult(pid=os.getpid(), host=socket.gethostname())
     finished, again, later = sort_parked(plan, items, plan.settlements, int(time.time() * 1000))
+    trace_settled(suspect_trace(plan, partition_id), items, plan.settlements)
     settled = list(finished)
     stats = None
     trace = task_trace(plan)

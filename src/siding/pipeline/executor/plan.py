@@ -60,6 +60,8 @@ class TaskPlan:
     fence: FencePlan | None = None
     # [tracing] as resolved on the driver; None: off (siding.tracing).
     tracing: TraceSettings | None = None
+    # The streaming query's batch id (-1: not a streaming batch), for trace lines.
+    batch_id: int = -1
 
     def lane_topic(self, k: int) -> str:
         return self.lane_topics[k - 1]
@@ -133,6 +135,7 @@ def build_plan(
     budget_scope: str = "live",
     fence: FencePlan | None = None,
     tracing: TraceSettings | None = None,
+    batch_id: int = -1,
 ) -> TaskPlan:
     """``lane`` may be ``naming.PARK_LANE``: its settings are then the main lane's, unparked
     (the park task picks each record's own lane)."""
@@ -162,4 +165,5 @@ def build_plan(
         budget_scope=budget_scope,
         fence=fence,
         tracing=tracing,
+        batch_id=batch_id,
     )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, assert_never
 
+from siding import naming
 from siding.dispatch import (
     DispatchReport,
     DispatchSettings,
@@ -26,6 +27,7 @@ from siding.dispatch import (
     dispatch,
 )
 from siding.dispatch.keyorder import HELD, WaitEvent, order_key
+from siding.dispatch.trace import SuspectTrace
 from siding.errors import SidingError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
 from siding.pipeline.executor import fence_gate
@@ -414,6 +416,7 @@ def deliver(
             park_timer=timer,
             limits=rt.limits(key),
             budget=budget,
+            trace=suspect_trace(plan, partition_id),
         )
     )
     if report.parked:
@@ -422,6 +425,12 @@ def deliver(
         adoption = Adoption(key, plan.settle_topic, timer, breaker, writer, route.name)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
+
+
+def suspect_trace(plan: TaskPlan, partition_id: int) -> SuspectTrace:
+    """Where a task's suspect trace lines come from (``siding.dispatch.trace``)."""
+    lane = "park" if plan.lane == naming.PARK_LANE else str(plan.lane)
+    return SuspectTrace(f"lane={lane} batch={plan.batch_id} task={partition_id}")
 
 
 async def _dispatch_until_drained(
