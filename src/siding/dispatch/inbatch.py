@@ -79,9 +79,9 @@ def wait_until(
     now_ms: int, *, waiting_lines: int, free_lines: int, bound_ms: int = WAIT_FOR_DUE_MS
 ) -> int:
     """Until when (epoch ms) a batch that has just run out of other work (``only_waiting``) may
-    wait for its retries: ``bound_ms`` more when the lines waiting for a retry are at least as
-    many as the slice's free lines (keys whose records are all done, whose next records wait
-    for the next batch meanwhile), else not at all.
+    wait for its retries: ``bound_ms`` more when more of the slice's lines wait for a retry
+    than are free (keys whose records are all done: their next records wait for the next batch
+    meanwhile), else not at all.
 
     Waiting costs nothing to a key that is blocked anyway, and delivers its retry up to a whole
     batch sooner; it costs a free key the wait. Decided once per batch, when it first runs out
