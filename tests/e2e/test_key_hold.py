@@ -42,7 +42,9 @@ def _route(topic: str, endpoint: str) -> dict[str, object]:
         "ordering": "key",
         "max_in_flight": 200,
         "deadline": "5s",
-        "lanes": [{"delay": "500ms"}, {"delay": "2s"}],
+        # longer than a batch waits for a retry when its keys wait anyway (inbatch.WAIT_FOR_DUE_MS):
+        # a retried message leaves its batch and its key's later ones are held
+        "lanes": [{"delay": "1500ms"}, {"delay": "2s"}],
         "dlq_flood_min_batch": 1_000_000,
     }
 

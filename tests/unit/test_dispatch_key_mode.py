@@ -13,7 +13,9 @@ from siding.model import Delivery, Lane, Ordering, Outcome, OutcomeKind, deliver
 from siding.steps import Done, Held, Resent, ToDlq, ToLane
 from siding.transport.fake import ScriptedTransport
 
-LANES = (Lane(delay_s=1.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))
+# Lane 1's delay is longer than a batch waits for a retry (``inbatch.WAIT_FOR_DUE_MS``): a record
+# that fails here leaves the batch (the tests of the in-batch retry use ``SHORT``).
+LANES = (Lane(delay_s=5.0, deadline_s=5.0), Lane(delay_s=30.0, deadline_s=5.0))
 KEYED = DispatchSettings(max_in_flight=50, deadline_s=1.0, lanes=LANES, ordering=Ordering.KEY)
 RETRY = Outcome(OutcomeKind.RETRY, "later")
 DEAD = Outcome(OutcomeKind.DEAD, "bad")
@@ -286,3 +288,75 @@ async def test_a_retry_read_back_leaves_unchanged_when_nothing_else_is_out() -> 
     assert report.settled[0].step == Resent(due_ms)
     assert report.settled[1].step == Held(f"following {rec(1, b'k').id}")
     assert report.stats.left_batch == 1
+
+
+async def test_a_batch_whose_keys_all_wait_for_retries_due_soon_waits_for_them() -> None:
+    # Given keys k and m each answer RETRY on their first record, a record of each behind it,
+    # lane 1's delay 0.3 s (within what a batch waits), and nothing else in the slice (a burst)
+    lanes = (Lane(delay_s=0.3, deadline_s=4.0), *SHORT[1:])
+    settings = DispatchSettings(
+        max_in_flight=50, deadline_s=1.0, lanes=lanes, ordering=Ordering.KEY
+    )
+    transport = ScriptedTransport(
+        {i: [RETRY, Outcome(OutcomeKind.ACK)] for i in (rec(1, b"k").id, rec(5, b"m").id)}
+    )
+    work = [Work(rec(o, b"k")) for o in (1, 2)] + [Work(rec(o, b"m")) for o in (5, 6)]
+    began = time.time()
+    report = await dispatch(transport, work, settings)
+    took = time.time() - began
+    # Then the batch waited for both retries and delivered them, as lane 1 would, and the
+    # records behind them at attempt 1: nothing goes to the hold topic
+    sent = [(d.offset, d.attempt, d.lane) for d in transport.started]
+    assert sorted(sent) == [(1, 1, 0), (1, 2, 1), (2, 1, 0), (5, 1, 0), (5, 2, 1), (6, 1, 0)]
+    assert all(isinstance(s.step, Done) for s in report.settled)
+    assert (report.stats.retried_in_batch, report.stats.left_batch) == (2, 0)
+    # ...no earlier than their time, and not much later
+    assert 0.3 <= took < 0.3 + 0.5
+
+
+async def test_a_retry_beside_more_free_keys_leaves_the_batch_at_once() -> None:
+    # Given k/1 answers RETRY (lane 1 in 0.3 s) while keys i and j are done at once: waiting
+    # would hold two free keys for one that is blocked
+    lanes = (Lane(delay_s=0.3, deadline_s=4.0), *SHORT[1:])
+    settings = DispatchSettings(
+        max_in_flight=50, deadline_s=1.0, lanes=lanes, ordering=Ordering.KEY
+    )
+    transport = ScriptedTransport({rec(1, b"k").id: RETRY})
+    work = [Work(rec(o, b"k")) for o in (1, 2)] + [Work(rec(8, b"i")), Work(rec(9, b"j"))]
+    began = time.time()
+    report = await dispatch(transport, work, settings)
+    # Then it leaves for the hold topic at once, its follower held
+    assert time.time() - began < 0.25
+    assert isinstance(report.settled[0].step, ToLane)
+    assert report.settled[1].step == Held(f"following {rec(1, b'k').id}")
+    assert report.stats.left_batch == 1
+
+
+async def test_a_batch_waits_only_for_the_retries_due_within_its_bound() -> None:
+    # Given the hold topic gave back k/1 due in 200 ms and m/5 due in 30 s, each with a held
+    # record behind it, and nothing else
+    now_ms = int(time.time() * 1000)
+    soon, late = now_ms + 200, now_ms + 30_000
+    waiting = {
+        (0, b"k"): [WaitingRecord(1, 1, soon), WaitingRecord(2, 0, 0)],
+        (0, b"m"): [WaitingRecord(5, 1, late), WaitingRecord(6, 0, 0)],
+    }
+    work = [
+        Work(rec(1, b"k", attempt=2, lane=1), soon, deadline_s=4.0),
+        Work(rec(2, b"k")),
+        Work(rec(5, b"m", attempt=2, lane=1), late, deadline_s=4.0),
+        Work(rec(6, b"m")),
+    ]
+    transport = ScriptedTransport()
+    began = time.time()
+    report = await dispatch(transport, work, SHORT_KEYED, waiting=waiting)
+    # Then k/1 is delivered at its time, k/2 behind it; m/5 is written back unchanged at once
+    # and m/6 stays held: the batch lasted about k/1's wait, not m/5's
+    assert [(d.offset, d.attempt) for d in transport.started] == [(1, 2), (2, 1)]
+    assert transport.sends[0].started_at * 1000 >= soon - 1
+    assert [s.step for s in report.settled[2:]] == [
+        Resent(late),
+        Held(f"following {rec(5, b'm').id}"),
+    ]
+    assert all(isinstance(s.step, Done) for s in report.settled[:2])
+    assert time.time() - began < 0.2 + 0.5

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from siding import naming
 from siding.config import parse_config
 from siding.dispatch import Settled, Work
-from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
+from siding.dispatch.inbatch import (
+    WAIT_FOR_DUE_MS,
+    leaving,
+    only_waiting,
+    read_before_due,
+    retry_in_batch,
+    wait_until,
+)
 from siding.dispatch.keyorder import HELD, Blocker, KeyLines, Released, WaitEvent, follow
 from siding.model import Delivery, LaneHop, Ordering, delivery_id
 from siding.pipeline.driver.keystate import KeyWaits
@@ -139,6 +146,22 @@ def test_the_main_lane_starts_the_hold_topic_from_its_beginning() -> None:
     assert starting_offsets_of({"t": ({}, "latest")}, 2) == "latest"
 
 
+def test_a_batch_left_with_only_retries_waits_for_them_when_most_of_it_waits() -> None:
+    # Nothing else keeps the batch running only when every send left is a retry not yet due
+    assert only_waiting([(5_000, 1)], {1}, others_out=False, now_ms=4_000)
+    assert not only_waiting([(5_000, 1)], {1}, others_out=True, now_ms=4_000)
+    assert not only_waiting([(5_000, 1), (0, 2)], {1}, others_out=False, now_ms=4_000)
+    assert not only_waiting([(4_000, 1)], {1}, others_out=False, now_ms=4_000)  # due: it goes
+    assert not only_waiting([], set(), others_out=False, now_ms=4_000)
+    # It waits the bound when more lines wait for a retry than are free, else not at all
+    assert wait_until(4_000, waiting_lines=3, free_lines=2, bound_ms=700) == 4_700
+    assert wait_until(4_000, waiting_lines=2, free_lines=2, bound_ms=700) == 4_000
+    assert wait_until(4_000, waiting_lines=1, free_lines=0) == 4_000 + WAIT_FOR_DUE_MS
+    # The retries due after that leave now; the others stay
+    assert leaving([(4_700, 1), (4_701, 2), (9_000, 3)], {1, 2, 3}, 4_700) == {2, 3}
+    assert leaving([(4_701, 2)], {1, 2}, 4_000) == {2}
+
+
 # ---- property: the main lane's loop, batch after batch, with a clock ---------------------------
 
 
@@ -156,6 +179,8 @@ class World:
     stories: dict[int, tuple[LaneHop, ...]] = field(default_factory=dict)
     sends: int = 0
     clock: int = 1_000
+    # How many ticks a batch with nothing else to do may wait for its retries (``wait_until``).
+    bound: int = 0
 
     def main(self, source: Sequence[int], data: st.DataObject) -> list[Settled]:
         """One main-lane batch, as ``run_slice`` makes it: read the hold topic beside the
@@ -180,35 +205,17 @@ class World:
         """The window's key rules, sends in any order, a batch lasting one tick of the clock: a
         failed record's retry (``retry_in_batch``), and a retried record read back before its
         time (``read_before_due``), wait in the batch; each either falls due while other sends
-        are out, or leaves the batch when nothing else is (``give_up``), its key's records then
-        held behind it."""
-        works = list(work)
-        lines = KeyLines([w.delivery for w in works], Ordering.KEY, task.waiting)
-        steps: dict[int, Any] = {}
-        out: list[int] = []
-        waiters: dict[int, tuple[Work, ToLane | Resent]] = {}
-
-        def take(released: Released) -> None:
-            for index in released.send:
-                early = read_before_due(works[index], task.settings, self.clock)
-                if early is None:
-                    out.append(index)
-                else:
-                    waiters[index] = (works[index], early)
-            for index, blocker in released.follow:
-                early = read_before_due(works[index], task.settings, self.clock)
-                steps[index] = follow(blocker) if early is None else early
-
+        are out, or, once nothing else is (``only_waiting``), falls due while the batch waits
+        for it (``wait_until``) or leaves the batch (``leaving``), its key's records then held
+        behind it."""
+        b = _Slice(list(work), task, self.clock)
+        works, lines, steps, out, waiters = b.works, b.lines, b.steps, b.out, b.waiters
+        take = b.take
         take(lines.start())
         while out or waiters:
             due = [(works[i].not_before_ms, i) for i in waiters]
-            if give_up(due, waiters, others_out=bool(out), now_ms=self.clock):
-                for index, (left, step) in sorted(waiters.items()):
-                    works[index] = left
-                    steps[index] = step
-                    lane = step.lane if isinstance(step, ToLane) else left.delivery.lane
-                    take(lines.settle(index, Blocker(left.delivery.id, lane, step.not_before_ms)))
-                waiters = {}
+            if only_waiting(due, waiters, others_out=bool(out), now_ms=self.clock):
+                b.wait_or_leave(due, self.bound, data)
                 continue
             # a waiting retry due before this batch's tick ends may fall due while other sends
             # are out (or is due already): it goes in this batch
@@ -238,6 +245,56 @@ class World:
         return [Settled(w, steps[i]) for i, w in enumerate(works)]
 
 
+@dataclass
+class _Slice:
+    """One batch's slice in ``World.dispatch``: its items, key lines, steps, sends out and
+    retries waiting for their time."""
+
+    works: list[Work]
+    task: TaskPlan
+    clock: int
+    steps: dict[int, Any] = field(default_factory=dict)
+    out: list[int] = field(default_factory=list)
+    waiters: dict[int, tuple[Work, ToLane | Resent]] = field(default_factory=dict)
+    until: int | None = None  # decided once, when the batch first has only retries left
+
+    def __post_init__(self) -> None:
+        self.lines = KeyLines([w.delivery for w in self.works], Ordering.KEY, self.task.waiting)
+
+    def take(self, released: Released) -> None:
+        for index in released.send:
+            early = read_before_due(self.works[index], self.task.settings, self.clock)
+            if early is None:
+                self.out.append(index)
+            else:
+                self.waiters[index] = (self.works[index], early)
+        for index, blocker in released.follow:
+            early = read_before_due(self.works[index], self.task.settings, self.clock)
+            self.steps[index] = follow(blocker) if early is None else early
+
+    def wait_or_leave(self, due: list[tuple[int, int]], bound: int, data: st.DataObject) -> None:
+        """Only retries are left: those due after the batch's wait leave it; if none does, the
+        batch waits and one of them falls due and goes."""
+        if self.until is None:
+            free = self.lines.free_lines()
+            waiting = len(self.waiters)
+            self.until = wait_until(
+                self.clock, waiting_lines=waiting, free_lines=free, bound_ms=bound
+            )
+        gone = leaving(due, self.waiters, self.until)
+        for index in sorted(gone):
+            left, step = self.waiters.pop(index)
+            self.works[index] = left
+            self.steps[index] = step
+            lane = step.lane if isinstance(step, ToLane) else left.delivery.lane
+            blocker = Blocker(left.delivery.id, lane, step.not_before_ms)
+            self.take(self.lines.settle(index, blocker))
+        if not gone:
+            index = data.draw(st.sampled_from(sorted(self.waiters)))
+            del self.waiters[index]
+            self.out.append(index)
+
+
 @settings(deadline=None, max_examples=150)
 @given(
     st.integers(1, 40),
@@ -248,7 +305,7 @@ class World:
 def test_followers_wait_for_their_key_keep_attempt_1_and_the_key_comes_back(
     count: int, fails: dict[int, int], chunks: list[int], data: st.DataObject
 ) -> None:
-    world = World({o: n for o, n in fails.items() if o < count})
+    world = World({o: n for o, n in fails.items() if o < count}, bound=data.draw(st.integers(0, 3)))
     offsets = list(range(count))
     # Source records arrive in chunks, one main-lane batch each
     for chunk in chunks:

@@ -155,6 +155,24 @@ def test_the_waiting_record_itself_is_sent_after_earlier_waiting_ones_in_the_sli
     assert lines.settle(1, None) == Released(send=(0,))
 
 
+def test_free_lines_are_the_keys_done_with_nothing_out_left_or_held() -> None:
+    # Given keys a (two records), b (one, which goes to a lane), c (one waiting record before it
+    # outside the slice) and a null key (not a line)
+    waiting = {(0, b"c"): [WaitingRecord(1, 1, NOW)]}
+    items = [rec(2, b"a"), rec(3, b"a"), rec(4, b"b"), rec(5, b"c"), rec(6, None)]
+    lines = KeyLines(items, Ordering.KEY, waiting)
+    lines.start()
+    # Then none is free yet: a and b have a record out, c is held
+    assert lines.free_lines() == 0
+    lines.settle(0, None)
+    assert lines.free_lines() == 0  # a's second record is out now
+    lines.settle(1, None)
+    assert lines.free_lines() == 1  # a is done
+    # b's record went to a lane: b is blocked, not free
+    lines.settle(2, Blocker(items[2].id, 1, NOW + 1000))
+    assert lines.free_lines() == 1
+
+
 def test_settling_an_item_that_is_not_out_is_a_bug() -> None:
     lines = KeyLines([rec(1), rec(2)], Ordering.KEY)
     lines.start()

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from siding.devkit.sim_consumer import PRODUCED_AT_HEADER, SEQ_HEADER, record_line
-from siding.devkit.sim_produce import due_time, message_headers, message_key, message_value
+from siding.devkit.sim_produce import (
+    due_time,
+    message_headers,
+    message_key,
+    message_value,
+    wait_for,
+)
 
 
 def test_keys_go_round_robin() -> None:
@@ -37,3 +43,24 @@ def test_values_differ_per_message() -> None:
 def test_rate_spaces_messages_evenly() -> None:
     assert [due_time(100.0, i, 4.0) for i in range(3)] == [100.0, 100.25, 100.5]
     assert due_time(100.0, 50, None) == 100.0
+
+
+def test_the_rate_is_kept_when_poll_returns_early() -> None:
+    # Given a producer whose poll returns after a tenth of its timeout (it served a delivery
+    # report, as it does for every message at a steady rate)
+    now = [100.0]
+    polls: list[float] = []
+
+    def poll(timeout_s: float) -> None:
+        polls.append(timeout_s)
+        now[0] += max(timeout_s / 10, 0.001)
+
+    # When the next message is due at 100.01
+    wait_for(100.01, poll, clock=lambda: now[0])
+    # Then it polled until then, not once
+    assert now[0] >= 100.01
+    assert len(polls) > 1
+    # and a message already due waits for nothing
+    polls.clear()
+    wait_for(50.0, poll, clock=lambda: now[0])
+    assert polls == []

@@ -7,7 +7,7 @@ seconds, as text) so a simulated consumer's record can measure end-to-end latenc
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from siding.errors import BrokerError
@@ -40,6 +40,16 @@ def message_value(seq: int) -> bytes:
 def due_time(start_s: float, index: int, rate: float | None) -> float:
     """When message ``index`` is due at ``rate`` msgs/s (``None``: as fast as possible)."""
     return start_s if not rate else start_s + index / rate
+
+
+def wait_for(
+    due_s: float, poll: Callable[[float], object], clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Serve the producer's callbacks until ``due_s`` (``clock`` time). ``poll`` returns as soon
+    as it served one (a delivery report), long before its timeout at a steady rate: polling
+    once would send the next message early, and the rate asked for would not be the rate."""
+    while (wait := due_s - clock()) > 0:
+        poll(wait)
 
 
 def new_producer(bootstrap: str, config: Mapping[str, str | int] | None = None) -> Any:
@@ -87,9 +97,7 @@ def produce(
 
     start = time.monotonic()
     for index in range(count):
-        wait = due_time(start, index, rate) - time.monotonic()
-        if wait > 0:
-            producer.poll(wait)
+        wait_for(due_time(start, index, rate), producer.poll)
         seq = start_seq + index
         headers: list[tuple[str, str | bytes | None]] = list(message_headers(seq, time.time()))
         while True:

@@ -3,8 +3,9 @@
 Pure rules (no I/O), written down in docs/dispatch.md ("A retry that falls due inside its
 batch"). The window asks ``retry_in_batch`` whether a ``ToLane`` answer may wait in the batch for
 its time, ``read_before_due`` whether a retried record read back from the hold topic waits for
-its time in the batch, and ``give_up`` whether the waiting retries must leave it (they then take
-the hold topic's path, as before).
+its time in the batch, and, once nothing else keeps the batch running (``only_waiting``), how
+long it may wait for them (``wait_until``) and which must leave (``leaving``: they then take the
+hold topic's path, as before).
 """
 
 from __future__ import annotations
@@ -54,16 +55,42 @@ def read_before_due(work: Work, settings: DispatchSettings, now_ms: int) -> Rese
     return Resent(work.not_before_ms)
 
 
-def give_up(
+# How long past its other work a batch may wait for the retries it holds, when they are most
+# of what is left of its slice (``wait_until``): about one main-lane batch of a key route on a
+# small machine, the time the next batch would take to deliver them (docs/dispatch.md, "A retry
+# that falls due inside its batch").
+WAIT_FOR_DUE_MS = 1_000
+
+
+def only_waiting(
     due: Iterable[tuple[int, int]], waiters: Collection[int], *, others_out: bool, now_ms: int
 ) -> bool:
-    """Whether the retries waiting in the batch (``waiters``, indices) must leave it now.
+    """Whether nothing but retries waiting for their time keeps the batch running.
 
     ``due`` is every (due epoch ms, index) the window still has to send, ``others_out`` whether
-    anything else keeps the batch running (a call out, an answer not read yet, a suspect). A
-    retry waits only while the batch has other work: once every send left is a waiting retry
-    not due yet, waiting would hold the batch, and every key behind it, for the retry alone.
+    anything else keeps the batch running (a call out, an answer not read yet, a suspect).
     """
     if not waiters or others_out:
         return False
     return all(index in waiters and due_ms > now_ms for due_ms, index in due)
+
+
+def wait_until(
+    now_ms: int, *, waiting_lines: int, free_lines: int, bound_ms: int = WAIT_FOR_DUE_MS
+) -> int:
+    """Until when (epoch ms) a batch that has just run out of other work (``only_waiting``) may
+    wait for its retries: ``bound_ms`` more when more of the slice's lines wait for a retry
+    than are free (keys whose records are all done: their next records wait for the next batch
+    meanwhile), else not at all.
+
+    Waiting costs nothing to a key that is blocked anyway, and delivers its retry up to a whole
+    batch sooner; it costs a free key the wait. Decided once per batch, when it first runs out
+    of other work: a key freed during the wait was not free then and pays nothing for it.
+    """
+    return now_ms + bound_ms if waiting_lines > free_lines else now_ms
+
+
+def leaving(due: Iterable[tuple[int, int]], waiters: Collection[int], until_ms: int) -> set[int]:
+    """The waiting retries that leave the batch now: those due after ``until_ms``. (Each takes
+    the hold topic's path; the others stay and are delivered when they fall due.)"""
+    return {index for due_ms, index in due if index in waiters and due_ms > until_ms}

@@ -106,6 +106,8 @@ def follow(blocker: Blocker) -> Held:
 class _Line:
     queue: deque[int]
     pending: int | None = None
+    # Its records behind a blocker were held: the key waits for an earlier record.
+    blocked: bool = False
 
 
 class KeyLines:
@@ -164,8 +166,19 @@ class KeyLines:
         line.pending = None
         return self._advance(key, moved_to)
 
+    def free_lines(self) -> int:
+        """The lines that are done: nothing of them out, left or held (their keys' next records
+        may go as soon as they come)."""
+        return sum(
+            1
+            for line in self._lines.values()
+            if not line.queue and line.pending is None and not line.blocked
+        )
+
     def _advance(self, key: OrderKey, blocker: Blocker | None) -> Released:
         line = self._lines[key]
+        if blocker is not None:
+            line.blocked = True
         if not line.queue:
             return Released()
         waiting = self._waiting.get(key, ())
@@ -181,6 +194,7 @@ class KeyLines:
             for i in line.queue
         )
         line.queue.clear()
+        line.blocked = True
         return Released(follow=follows)
 
 

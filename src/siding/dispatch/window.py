@@ -20,7 +20,13 @@ from siding.dispatch import adaptive
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.budget import Budget, Lease
 from siding.dispatch.errors import DispatchInterrupted
-from siding.dispatch.inbatch import give_up, read_before_due, retry_in_batch
+from siding.dispatch.inbatch import (
+    leaving,
+    only_waiting,
+    read_before_due,
+    retry_in_batch,
+    wait_until,
+)
 from siding.dispatch.keyorder import Blocker, KeyLines, OrderKey, Released, WaitingRecord, follow
 from siding.dispatch.parking import ParkTimer, parked_not_before_ms
 from siding.dispatch.ratelimit import TokenBucket
@@ -193,6 +199,8 @@ class _Window:
         # failed, its step), what the item becomes if the retry must leave the batch (for a
         # retried record read back before its time: itself, written back unchanged).
         self._waiters: dict[int, tuple[Work, ToLane | Resent]] = {}
+        # Until when the batch waits for them once it has nothing else to do (decided then).
+        self._wait_until_ms: int | None = None
 
     async def run(self) -> DispatchReport:
         remove_listener = self._breaker.add_listener(self._on_breaker_change)
@@ -573,17 +581,26 @@ class _Window:
         return True
 
     def _maybe_give_up(self) -> None:
-        """The retries still waiting leave the batch once nothing else keeps it running: each
-        takes the step it was answered (its record goes to the hold topic), and the records of
-        its key behind it are held."""
+        """Once nothing else keeps the batch running, the retries still waiting leave it, but
+        those due soon when most of what is left waits for them (``wait_until``): each that
+        leaves takes the step it was answered (its record goes to the hold topic), and the
+        records of its key behind it are held."""
         others_out = bool(self._in_flight or self._answers or self._suspects)
-        due = ((due_ms, index) for due_ms, _, index in self._due)
-        if not give_up(due, self._waiters, others_out=others_out, now_ms=self._now_ms()):
+        due = [(due_ms, index) for due_ms, _, index in self._due]
+        now_ms = self._now_ms()
+        if not only_waiting(due, self._waiters, others_out=others_out, now_ms=now_ms):
             return
-        waiters, self._waiters = self._waiters, {}
-        self._due = [entry for entry in self._due if entry[2] not in waiters]
+        if self._wait_until_ms is None:
+            self._wait_until_ms = wait_until(
+                now_ms, waiting_lines=len(self._waiters), free_lines=self._lines.free_lines()
+            )
+        left = leaving(due, self._waiters, self._wait_until_ms)
+        if not left:
+            return
+        self._due = [entry for entry in self._due if entry[2] not in left]
         heapq.heapify(self._due)
-        for index, (work, step) in sorted(waiters.items()):
+        for index in sorted(left):
+            work, step = self._waiters.pop(index)
             self._work[index] = work
             self._stats.left_batch()
             self._settle(index, step)
