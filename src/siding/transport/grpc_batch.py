@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import cast
 
 import grpc
@@ -15,10 +15,16 @@ import grpc.aio
 from siding.errors import TransportError
 from siding.model import Delivery, Outcome
 from siding.transport.batching import BatchLimits, Gatherer, framed_size
-from siding.transport.grpc_common import ChannelSpec, delivery_to_proto, stream_compression
+from siding.transport.grpc_common import (
+    ChannelSpec,
+    Metadata,
+    delivery_to_proto,
+    stream_compression,
+)
 from siding.transport.grpc_stream import (
     RESEND,
     GrpcStreamTransport,
+    StandIn,
     StreamCall,
     _Pending,
     _Stream,
@@ -70,6 +76,31 @@ def is_unimplemented(error: BaseException) -> bool:
     return isinstance(error, Unimplemented)
 
 
+async def serves_batches(
+    channel: grpc.aio.Channel, metadata: Metadata, timeout_s: float
+) -> bool | None:
+    """Asks the consumer whether it serves ``DeliverBatches``, with a call that sends nothing
+    and ends at once: UNIMPLEMENTED says no, any other status it sends says yes; None when it
+    cannot be asked (down, too slow, cancelled)."""
+    call = consumer_pb2_grpc.ConsumerStub(channel).DeliverBatches(
+        None, metadata=metadata, timeout=timeout_s
+    )
+    try:
+        await call.done_writing()
+        code = await call.code()
+    except Exception:  # whatever stops the question leaves it unanswered
+        call.cancel()
+        return None
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return False
+    unanswered = {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    }
+    return None if code in unanswered else True
+
+
 class _BatchStream(_Stream):
     """One open ``DeliverBatches`` call: deliveries are gathered into frames (count, size,
     linger); results come back in frames of any size and are matched by delivery id."""
@@ -81,8 +112,14 @@ class _BatchStream(_Stream):
         limits: BatchLimits,
         on_unimplemented: Callable[[], None],
         on_refused: Callable[[int], None],
+        *,
+        ask: Callable[[], Awaitable[bool | None]],
     ) -> None:
         self._batch_call = call
+        # Asks the consumer whether it serves DeliverBatches, when a stand-in status hid it.
+        self._ask = ask
+        self._answer: asyncio.Future[bool | None] | None = None  # asked once per stream
+        self._heard = False  # a result frame came back: the consumer serves DeliverBatches
         self._frames: asyncio.Queue[list[_Item]] = asyncio.Queue()
         self._gatherer: Gatherer[_Item] = Gatherer(limits, self._frames.put_nowait)
         self._on_unimplemented = on_unimplemented
@@ -115,26 +152,32 @@ class _BatchStream(_Stream):
         except Exception as error:  # whatever stops the stream must fail it, never hang it
             self.fail(await self._why(error))
 
+    def _status_error(self, code: grpc.StatusCode, details: str) -> TransportError:
+        error = super()._status_error(code, details)
+        return Unimplemented(str(error)) if code is grpc.StatusCode.UNIMPLEMENTED else error
+
     async def _why(self, error: Exception) -> BaseException:
-        """A write fails when the call has already ended: the call's status says why (the
-        consumer's UNIMPLEMENTED, its "larger than max" refusal, its going away)."""
-        if not self._batch_call.done():
-            return error
-        with contextlib.suppress(Exception):
-            code = await self._batch_call.code()
-            details = await self._batch_call.details()
-            text = f"stream broke: grpc {code.name}" + (f": {details}" if details else "")
-            kind = Unimplemented if code is grpc.StatusCode.UNIMPLEMENTED else TransportError
-            return kind(text)
-        return error
+        """As for a stream; and when grpc.aio's stand-in hid what ended a call that never
+        answered (the consumer may have refused DeliverBatches), the consumer is asked."""
+        why = await super()._why(error)
+        if isinstance(why, StandIn) and not self._heard and await self._serves() is False:
+            return Unimplemented(f"{why} (the consumer does not serve DeliverBatches)")
+        return why
+
+    async def _serves(self) -> bool | None:
+        # Both loops may meet the stand-in; the first to fail the stream cancels the other.
+        if self._answer is None:
+            self._answer = asyncio.ensure_future(self._ask())
+        return await asyncio.shield(self._answer)
 
     async def _read_loop(self) -> None:
         try:
             async for frame in self._batch_call:
+                self._heard = True
                 for message in frame.results:
                     self._on_result(message)
         except Exception as error:
-            self.fail(error)
+            self.fail(await self._why(error))
             return
         self.fail(TransportError("the consumer closed the stream"))
 
@@ -185,7 +228,8 @@ class GrpcBatchTransport(GrpcStreamTransport):
         stub = consumer_pb2_grpc.ConsumerStub(channel)
         compression = stream_compression(self._channel.spec.compression)
         call = stub.DeliverBatches(None, metadata=self._metadata, compression=compression)
-        return _BatchStream(call, channel, self.limits, self._fall_back, self._refused)
+        ask = partial(serves_batches, channel, self._metadata, self._channel.spec.probe_timeout_s)
+        return _BatchStream(call, channel, self.limits, self._fall_back, self._refused, ask=ask)
 
     def _fall_back(self) -> None:
         if self.batching:
