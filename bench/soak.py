@@ -146,15 +146,30 @@ def _watch(
     return details
 
 
-def _config(work: Path, bootstrap: str, topic: str, endpoint: str) -> Path:
+def _config(
+    work: Path, bootstrap: str, topic: str, endpoint: str, spark_conf: dict[str, str]
+) -> Path:
     route = {"name": "soak", "topic": topic, "group": "soak-group", "endpoint": endpoint}
     path = work / "siding.toml"
     text = config_text(bootstrap, route, checkpoint_dir=work / "ckpt", trigger=None)
     # [spark] master left out too: the config's default (local[*]), as a new user starts
-    path.write_text(
-        "".join(line for line in text.splitlines(True) if line.split(" ")[0] != "master")
-    )
+    lines = [line for line in text.splitlines(True) if line.split(" ")[0] != "master"]
+    if spark_conf:  # a [spark.conf] table, before the next one ([control])
+        at = lines.index("[control]\n")
+        table = ["[spark.conf]\n"] + [
+            f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in spark_conf.items()
+        ]
+        lines[at:at] = table
+    path.write_text("".join(lines))
     return path
+
+
+def spark_setting(text: str) -> tuple[str, str]:
+    """``--spark-conf KEY=VALUE``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:
@@ -171,7 +186,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         ).start()
         stack.callback(sim.stop)
         endpoint = f"grpc://{sim.target}" if args.transport == "grpc" else f"{sim.url}"
-        config = _config(work, broker.bootstrap, topic, endpoint)
+        config = _config(work, broker.bootstrap, topic, endpoint, dict(args.spark_conf))
         watcher = PipelineRun(parse_config(config.read_text()))
         producer = new_producer(broker.bootstrap)
         produce(broker.bootstrap, topic, 1, partitions=args.partitions, producer=producer)
@@ -216,10 +231,10 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             daemon=True,
         )
         histogram_start = _histogram(jvm)  # before the traffic: its full GC is not in the window
-        traffic_from = time.monotonic() - began
+        traffic_from, cpu_from = time.monotonic() - began, meter.by_kind
         producing.start()
         details = _watch(producing, proc.pid, jvm, began, check=check)
-        traffic_to = time.monotonic() - began
+        traffic_to, cpu_to = time.monotonic() - began, meter.by_kind
         ends = watermarks_of(watcher.client_conf, topic)
         watcher.wait_committed(ends, timeout_s=600)
         drained_at = time.monotonic() - began
@@ -244,6 +259,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             "series": series,
             "details": details,
             "histograms": (histogram_start, histogram_end),
+            "cpu": (cpu_from, cpu_to),
         },
     )
 
@@ -258,6 +274,8 @@ def _result(
     series, details = outcome["series"], outcome["details"]
     histogram_start, histogram_end = outcome["histograms"]
     drained_at = outcome["drained_at"]
+    cpu_from, cpu_to = outcome["cpu"]
+    cpu = {k: round(v - cpu_from.get(k, 0.0), 1) for k, v in cpu_to.items()}
     times = Counter(r.delivery_id for r in deliveries)
     expected = {delivery_id(topic, p, o) for p, end in ends.items() for o in range(end)}
     poison = {i for i in expected if plan(behaviour, i, 1).fate is Fate.DEAD}
@@ -293,6 +311,8 @@ def _result(
         # the memory the tree holds, shared pages counted once (details every DETAIL_S)
         "pss_mb_at_end": details[-1].get("pss_mb") if details else None,
         "pss_last_two_thirds": _pss_flatness(details, window),
+        # the tree's CPU seconds while the traffic ran, by kind of process (GC included)
+        "cpu_s_during_traffic": {**cpu, "total": round(sum(cpu.values()), 1)},
         "target": "RSS flat (under 5 % growth) over the last two thirds of the traffic",
         "target_met": verdict.flat,
         "jvm_classes_grown_during_traffic": grown_classes(histogram_start, histogram_end),
@@ -304,6 +324,7 @@ def _result(
             "poison_ratio": args.poison,
             "latency_ms": [x * 1000 for x in LATENCY_S],
             "transport": args.transport,
+            "spark_conf": dict(args.spark_conf),
             "route": "defaults (name, topic, group, endpoint; the config's default trigger)",
             "master": "the config's default (local[*])",
             "sampling": f"/proc every {SAMPLE_S:g} s (RSS summed over the tree's processes);"
@@ -334,6 +355,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slow", type=float, default=0.02, help="share that takes 2 s")
     parser.add_argument("--poison", type=float, default=0.005, help="share answered DEAD")
     parser.add_argument("--transport", choices=("grpc", "http"), default="grpc")
+    parser.add_argument(
+        "--spark-conf",
+        type=spark_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [spark.conf] setting of the route (for example spark.driver.memory=768m)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     result = soak(args)
