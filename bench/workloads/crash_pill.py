@@ -89,6 +89,10 @@ def _run(ctx: BenchContext, count: int, pill: int | None) -> dict[str, Any]:
         "innocent_delivered": len(firsts),
         "innocent_expected": len(innocent),
         "duplicate_deliveries": sum(n - 1 for i, n in times.items() if i in innocent),
+        # The same repeats by the death they followed, and by lane: which death asked again.
+        "duplicates_after_death": repeats_after_deaths(
+            (r for r in received if r.delivery_id in innocent), [at for at, _ in deaths]
+        ),
         "p50_ms": rounded_percentile(lat, 50),
         "p99_ms": rounded_percentile(lat, 99),
         "during_isolation_messages": len(during),
@@ -110,6 +114,21 @@ def counted_deaths(letters: Iterable[DeadLetter], pill_id: str | None) -> int | 
             found = re.search(r"died (\d+) times", story.reason)
             return int(found.group(1)) if found else None
     return None
+
+
+def repeats_after_deaths(received: Iterable[Received], deaths: list[float]) -> list[dict[str, Any]]:
+    """Pure: each receipt of a message after its first, counted by the last death before it
+    (index 0: before any death) and by lane."""
+    seen: set[str] = set()
+    lanes = [Counter[str]() for _ in range(len(deaths) + 1)]
+    for r in sorted(received, key=lambda r: r.received_s):
+        if r.delivery_id not in seen:
+            seen.add(r.delivery_id)
+            continue
+        lanes[sum(1 for at in deaths if at <= r.received_s)][str(r.lane)] += 1
+    return [
+        {"death": n, "repeats": lane.total(), "by_lane": dict(lane)} for n, lane in enumerate(lanes)
+    ]
 
 
 def pill_receipts(

@@ -3,7 +3,7 @@ the pill's receipts (bench/workloads/crash_pill.py)."""
 
 from __future__ import annotations
 
-from bench.workloads.crash_pill import counted_deaths, pill_receipts
+from bench.workloads.crash_pill import counted_deaths, pill_receipts, repeats_after_deaths
 from siding.devkit.harness import DeadLetter
 from siding.devkit.sim_consumer import Received
 from siding.dispatch.suspects import Conviction
@@ -38,3 +38,20 @@ def test_the_pills_receipts_are_timed_from_the_first_death() -> None:
         {"at_s": 10.25, "lane": 0, "attempt": 1},
     ]
     assert pill_receipts(received, None, 100.0) == []
+
+
+def test_repeats_are_counted_by_the_death_they_followed_and_their_lane() -> None:
+    a, b = delivery_id("t", 0, 1), delivery_id("t", 0, 2)
+    received = [
+        Received(a, 1, 101.0, 99.0, 1, 0),  # a first
+        Received(b, 1, 99.5, 99.0, 2, 0),  # b first, before any death
+        Received(a, 1, 103.0, 99.0, 1, 0),  # after the first death, main lane
+        Received(b, 1, 112.0, 99.0, 2, 9),  # after the second, park lane
+        Received(a, 2, 100.5, 99.0, 1, 1),  # a's first receipt is this one (earliest)
+    ]
+    assert repeats_after_deaths(received, [102.0, 110.0]) == [
+        {"death": 0, "repeats": 1, "by_lane": {"0": 1}},  # a at 101.0, after its 100.5
+        {"death": 1, "repeats": 1, "by_lane": {"0": 1}},
+        {"death": 2, "repeats": 1, "by_lane": {"9": 1}},
+    ]
+    assert repeats_after_deaths([], []) == [{"death": 0, "repeats": 0, "by_lane": {}}]
