@@ -121,6 +121,43 @@ def make_listener(
     return GroupCommitListener()
 
 
+@dataclass(frozen=True)
+class SourceEnd:
+    """Where one source of a batch ended: its ``endOffset`` JSON (Spark's name)."""
+
+    endOffset: str | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the listener reads of a query's progress (Spark's names)."""
+
+    name: str | None
+    batchId: int
+    sources: tuple[SourceEnd, ...]
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    progress: Progress
+
+
+def progress_from_json(text: str) -> Progress:
+    """Pure: a progress from Spark's JSON of it. Offsets come as JSON objects and go back to
+    text; a rate Spark could not compute (NaN) is left out of the JSON, and nothing here needs
+    one (pyspark's own ``fromJson`` fails on such a source)."""
+    data = json.loads(text)
+
+    def offset(value: object) -> str | None:
+        return value if value is None or isinstance(value, str) else json.dumps(value)
+
+    return Progress(
+        name=data.get("name"),
+        batchId=int(data["batchId"]),
+        sources=tuple(SourceEnd(offset(s.get("endOffset"))) for s in data.get("sources", ())),
+    )
+
+
 class ProgressFromJson:
     """The JVM's side of a Python ``StreamingQueryListener`` (py4j calls these methods) that
     reads each progress from its JSON, in one call.
@@ -141,10 +178,7 @@ class ProgressFromJson:
         pass
 
     def onQueryProgress(self, jevent: Any) -> None:
-        from pyspark.sql.streaming.listener import QueryProgressEvent
-
-        progress = json.loads(jevent.progress().json())
-        self._listener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
+        self._listener.onQueryProgress(ProgressEvent(progress_from_json(jevent.progress().json())))
 
     def onQueryIdle(self, jevent: Any) -> None:
         pass
