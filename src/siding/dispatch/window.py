@@ -586,6 +586,8 @@ class _Window:
         leaves takes the step it was answered (its record goes to the hold topic), and the
         records of its key behind it are held."""
         others_out = bool(self._in_flight or self._answers or self._suspects)
+        if not self._waiters or others_out:
+            return  # checked first: listing what is due costs the whole batch on every round
         due = [(due_ms, index) for due_ms, _, index in self._due]
         now_ms = self._now_ms()
         if not only_waiting(due, self._waiters, others_out=others_out, now_ms=now_ms):
