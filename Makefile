@@ -9,6 +9,12 @@ STAMPS := .stamps
 
 GO ?= go
 GO_TOOLS := $(CURDIR)/.tools/go/bin
+# Go compiles one at a time (the downloads do not wait): the SDK's, the collector's and the
+# manifests' check share the standard library and their common modules (grpc, protobuf, x/net,
+# x/text at the same versions, built with the same flags) through Go's build cache, and a
+# package two `go` commands compile at the same moment is compiled twice. On an empty cache
+# that is most of the set-up's CPU (docs/platform.md, "A fresh machine's set-up").
+GO_ONE = mkdir -p $(CURDIR)/$(STAMPS) && flock $(CURDIR)/$(STAMPS)/.go-build.lock
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
@@ -16,7 +22,7 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # wait on different things), each step's output kept together. Two steps that share a tool's
 # state run one after the other: apt (one lock; one update for both lists) and Maven (one local
 # repository).
-SETUP_JOBS ?= 4
+SETUP_JOBS ?= 6
 SETUP_STAMPS := $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/tools $(STAMPS)/image-tools $(STAMPS)/go \
   $(STAMPS)/go-deploy $(STAMPS)/s3proxy $(STAMPS)/otelcol $(STAMPS)/sdk-node $(STAMPS)/sdk-java \
   $(STAMPS)/jvm-archive
@@ -96,8 +102,7 @@ $(STAMPS)/apt:
 $(STAMPS)/go: sdk/go/go.mod sdk/go/go.sum
 	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
 	cd sdk/go && $(GO) mod download
-	GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO)
-	GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	$(GO_ONE) sh -c 'GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO) && GOBIN=$(GO_TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)'
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Kubernetes manifests' check (deploy/kubernetes/check): k8s.io/api, kustomize's Go API and
@@ -118,10 +123,13 @@ $(STAMPS)/s3proxy: jvm/s3proxy/pom.xml
 
 # The OpenTelemetry Collector the tracing tests export to (Apache-2.0): built from the
 # collector's core Go modules only (the OTLP receiver and the OTLP/HTTP exporter; tests/otelcol)
-# into .tools/otelcol, without debug information (docs/operations.md, "Tracing").
+# into .tools/otelcol, without debug information (docs/operations.md, "Tracing"). Not
+# -trimpath: that flag is part of every package's cache key, the standard library's too, so the
+# collector would share nothing with the other Go builds.
 $(STAMPS)/otelcol: tests/otelcol/go.mod tests/otelcol/go.sum tests/otelcol/main.go
 	@command -v $(GO) >/dev/null || { echo "error: $(GO) not found: install Go 1.26+"; exit 1; }
-	cd tests/otelcol && $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/.tools/otelcol/siding-otelcol .
+	cd tests/otelcol && $(GO) mod download
+	cd tests/otelcol && $(GO_ONE) $(GO) build -ldflags='-s -w' -o $(CURDIR)/.tools/otelcol/siding-otelcol .
 	@mkdir -p $(STAMPS) && touch $@
 
 # The Node/TypeScript consumer SDK: its npm packages (package-lock.json) and its build (dist/,
@@ -180,13 +188,13 @@ test-sdk-python: $(STAMPS)/venv
 # The Go SDK's own tests: vet, gofmt, and go test (real gRPC and HTTP on loopback).
 test-sdk-go: $(STAMPS)/go
 	cd sdk/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "error: gofmt"; exit 1; }
-	cd sdk/go && $(GO) vet ./... && $(GO) test ./...
+	cd sdk/go && $(GO_ONE) sh -c '$(GO) vet ./... && $(GO) test ./...'
 
 # The Kubernetes manifests: kustomize renders each overlay and every object is decoded strictly
 # into Kubernetes' API types, then checked against siding.toml (docs/deploy.md, "Kubernetes").
 test-deploy: $(STAMPS)/go-deploy
 	cd $(DEPLOY_CHECK) && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "error: gofmt"; exit 1; }
-	cd $(DEPLOY_CHECK) && $(GO) vet ./... && $(GO) test ./...
+	cd $(DEPLOY_CHECK) && $(GO_ONE) sh -c '$(GO) vet ./... && $(GO) test ./...'
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
