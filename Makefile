@@ -177,9 +177,16 @@ checks: lint test-sdk-python test-sdk-go test-sdk-node test-sdk-java test-deploy
 # is about 9 minutes) starts in the background here, so it overlaps the lint, the SDKs' tests and
 # the first e2e tests; a test that needs it runs the same build, which waits on the build's lock
 # and then finds everything cached. Its output: build/test-builds.log.
+#
+# The build is named through BACKGROUND_BUILD, never as $(MAKE) in the recipe: a recipe line
+# that names $(MAKE) is a recursive make to GNU make, which hands it the jobserver's pipe, and
+# a make run with -j then waits at its end until every holder of that pipe has exited, so
+# pytest would start only once the image was built (a bare machine's 4-minute cold build).
+BACKGROUND_BUILD = $(MAKE) -s image
+TEST_BUILDS_LOG = build/test-builds.log
 test-builds: $(STAMPS)/venv $(STAMPS)/jars $(STAMPS)/image-tools
-	@mkdir -p build
-	@(MAKEFLAGS= nohup $(MAKE) -s image > build/test-builds.log 2>&1 &)
+	@mkdir -p $(dir $(TEST_BUILDS_LOG))
+	@(MAKEFLAGS= nohup $(BACKGROUND_BUILD) > $(TEST_BUILDS_LOG) 2>&1 &)
 
 # The thin Python SDK's own tests (sdk/python/tests; its pyproject holds their settings).
 test-sdk-python: $(STAMPS)/venv

@@ -1,0 +1,54 @@
+"""The Makefile's own promises, run with the real GNU make on the real Makefile."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STAMPS = (".stamps/venv", ".stamps/jars", ".stamps/image-tools")
+
+
+def test_make_test_does_not_wait_for_the_image_build_it_starts_in_the_background(
+    tmp_path: Path,
+) -> None:
+    # `make test` starts the image's build in the background (test-builds) so that it overlaps
+    # the lint and pytest. A recipe that names $(MAKE) got make's jobserver pipe, and a make run
+    # with -j then waited for the background build before it ended: pytest started only once
+    # the image was built. The build here is a stand-in that outlives make by far.
+    if shutil.which("make") is None:
+        pytest.fail("GNU make is not installed: the Makefile cannot be checked")
+    marker = tmp_path / "background-ended"
+    log = tmp_path / "test-builds.log"
+    old = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # set-up's steps: not redone here
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-j4",
+            "--output-sync=target",
+            *old,
+            "test-builds",
+            f"BACKGROUND_BUILD=sh -c 'sleep 12; echo built; touch {marker}'",
+            f"TEST_BUILDS_LOG={log}",
+        ],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists(), "make returned after its background build had ended"
+    assert took < 8, f"make waited {took:.1f} s for its background build"
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the background build never ran to its end"
+    assert log.read_text() == "built\n"  # its output went where it was told
