@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -25,6 +26,8 @@ def test_make_test_does_not_wait_for_the_image_build_it_starts_in_the_background
     marker = tmp_path / "background-ended"
     log = tmp_path / "test-builds.log"
     old = [arg for stamp in STAMPS for arg in ("-o", stamp)]  # set-up's steps: not redone here
+    # Under `make test` pytest inherits the outer make's flags (its -j and jobserver): not ours.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     started = time.monotonic()
     done = subprocess.run(
         [
@@ -38,6 +41,7 @@ def test_make_test_does_not_wait_for_the_image_build_it_starts_in_the_background
             f"TEST_BUILDS_LOG={log}",
         ],
         cwd=ROOT,
+        env=env,
         check=False,
         capture_output=True,
         text=True,
