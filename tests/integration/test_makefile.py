@@ -37,7 +37,7 @@ def test_make_test_does_not_wait_for_the_image_build_it_starts_in_the_background
             "--output-sync=target",
             *old,
             "test-builds",
-            f"BACKGROUND_BUILD=sh -c 'sleep 12; echo built; touch {marker}'",
+            f"BACKGROUND_BUILD=sh -c 'sleep 20; echo built; touch {marker}'",
             f"TEST_BUILDS_LOG={log}",
         ],
         cwd=ROOT,
@@ -47,10 +47,9 @@ def test_make_test_does_not_wait_for_the_image_build_it_starts_in_the_background
         text=True,
         timeout=60,
     )
-    took = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    assert not marker.exists(), "make returned after its background build had ended"
-    assert took < 8, f"make waited {took:.1f} s for its background build"
+    took = time.monotonic() - started
+    assert not marker.exists(), f"make waited {took:.0f} s, until its background build ended"
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
