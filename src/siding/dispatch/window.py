@@ -143,9 +143,11 @@ class _Window:
     ) -> None:
         self._transport = transport
         self._board = board or LocalBoard()
-        # Suspects out: their marks on the board. Calls excused once as bystanders.
+        # Suspects out: their marks on the board. Calls excused once as bystanders. When each
+        # call out was sent (monotonic), for the board's question when it is lost.
         self._sighted: dict[int, int] = {}
         self._excused: set[int] = set()
+        self._sent_at: dict[int, float] = {}
         self._trace = trace or SuspectTrace(f"lane={settings.lane}")
         self._budget = budget
         self._drain = drain
@@ -328,6 +330,7 @@ class _Window:
         return _Lease(lease)
 
     def _start_send(self, index: int, lease: _Lease) -> None:
+        self._sent_at[index] = time.monotonic()
         task = asyncio.create_task(self._send(index))
         # Answered, timed out or cancelled (even before it ran): the call is over at the
         # consumer's end too, and its slot goes back. Added before ``answered`` so that both run
@@ -510,8 +513,9 @@ class _Window:
         mark = self._sighted.pop(index, None)
         if mark is not None:
             self._board.ended(mark, died=outcome.lost)
+        sent_at = self._sent_at.pop(index, time.monotonic() - latency_s)
         if outcome.lost:
-            recovering = self._on_lost(index, outcome, latency_s)
+            recovering = self._on_lost(index, outcome, sent_at)
             if self._steps[index] is not None:
                 return  # convicted
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
@@ -552,11 +556,11 @@ class _Window:
             case _:  # a new step must say here whether it settles the record
                 assert_never(step)
 
-    def _on_lost(self, index: int, outcome: Outcome, latency_s: float) -> bool:
+    def _on_lost(self, index: int, outcome: Outcome, sent_at: float) -> bool:
         """The consumer went away with ``index`` out: a bystander goes again like any message
         after an outage; a suspect's death is counted, and settles it when it convicts. True
         when it killed the consumer alone and waits for it to be back."""
-        if self._bystander(index, latency_s):
+        if self._bystander(index, sent_at):
             return False
         conviction, alone = self._died(index)
         if conviction is not None:
@@ -575,13 +579,12 @@ class _Window:
         self._recovering.add(index)
         return True
 
-    def _bystander(self, index: int, latency_s: float) -> bool:
+    def _bystander(self, index: int, sent_at: float) -> bool:
         """Whether ``index``, lost and not a suspect, died beside a suspect out at the endpoint
         (docs/dispatch.md, "Bystanders"): it is excused once in its dispatch, not suspected."""
         if index in self._suspects or index in self._excused:
             return False
-        lost_at = time.monotonic()
-        if not self._board.was_out_with(lost_at - latency_s, lost_at):
+        if not self._board.was_out_with(sent_at, time.monotonic()):
             return False
         self._excused.add(index)
         self._stats.excused()
