@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
 
-# How many sightings a board keeps: suspects go out one at a time, 100 ms apart at least, so a
-# few hundred cover far more than the longest call.
+# How many sightings a board keeps: the one that matters is out at a death, and a call that died
+# then asks within moments of it, while the consumer is down and few suspects go out.
 SIGHTINGS = 256
 
 
