@@ -13,6 +13,7 @@ import pytest
 from siding.cli.sim import consumer as consumer_command
 from siding.cli.sim import settings_from_options
 from siding.devkit.sim_consumer import (
+    SEQ_HEADER,
     Behaviour,
     Fate,
     Plan,
@@ -329,3 +330,25 @@ def test_a_sim_process_runs_the_cli_and_restarts_on_its_port() -> None:
 
 def test_plan_is_a_value() -> None:
     assert plan(Behaviour(), "x", 1) == Plan(Fate.ACK, 0.0)
+
+
+def test_a_line_cut_by_a_kill_neither_breaks_the_reader_nor_swallows_the_next_line(
+    tmp_path: Path,
+) -> None:
+    # Given a record file whose writer was killed in the middle of a line (a write crossing a
+    # page stops at a fatal signal: seen in make test as "31test-..." in the seq column)
+    path = tmp_path / "received.csv"
+    whole = record_line("t/0/1", 1, 100.0, {SEQ_HEADER: "1"})
+    cut = record_line("t/0/2", 1, 101.0, {SEQ_HEADER: "31"})[:-1]
+    path.write_text(whole + cut)
+    # When the restarted consumer records its next delivery
+    recorder = Recorder(path)
+    recorder.write(record_line("t/0/3", 1, 102.0, {SEQ_HEADER: "33"}))
+    recorder.close()
+    # Then the reader gives both whole lines; the cut one is on its own line, not glued to the next
+    got = read_records(path)
+    assert [r.delivery_id for r in got if r.delivery_id != "t/0/2"] == ["t/0/1", "t/0/3"]
+    assert got[-1].seq == 33
+    # and a line cut in its middle is skipped, not a ValueError
+    path.write_text(whole + "t/0/4,1,10x\n" + whole)
+    assert [r.delivery_id for r in read_records(path)] == ["t/0/1", "t/0/1"]

@@ -203,15 +203,21 @@ class Received:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[Received]:
-    """Every complete line of a record file (a line still being written is skipped)."""
+    """Every complete line of a record file (a line still being written is skipped, and so is
+    one cut short when its process was killed in the middle of writing it: see ``Recorder``)."""
     text = Path(path).read_text() if Path(path).exists() else ""
     complete = text[: text.rfind("\n") + 1]
-    return [
-        Received(row[0], int(row[1]), float(row[2]), float(row[3]) if row[3] else None,
-                 int(row[4]) if row[4] else None,
-                 int(row[5]) if len(row) > 5 and row[5] else None)
-        for row in csv.reader(io.StringIO(complete))
-    ]  # fmt: skip
+    received = []
+    for row in csv.reader(io.StringIO(complete)):
+        try:
+            received.append(
+                Received(row[0], int(row[1]), float(row[2]), float(row[3]) if row[3] else None,
+                         int(row[4]) if row[4] else None,
+                         int(row[5]) if len(row) > 5 and row[5] else None)
+            )  # fmt: skip
+        except (IndexError, ValueError):
+            continue
+    return received
 
 
 class Recorder:
@@ -221,6 +227,11 @@ class Recorder:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
+        # A process killed in the middle of a write can leave part of a line (the kernel stops
+        # a write that crosses a page at a fatal signal): end it, or this process's first line
+        # would be glued to it.
+        if not _ends_a_line(path):
+            os.write(self._fd, b"\n")
 
     def write(self, line: str) -> None:
         with self._lock:
@@ -232,6 +243,15 @@ class Recorder:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _ends_a_line(path: str | os.PathLike[str]) -> bool:
+    """Whether the file is empty or its last byte ends a line."""
+    with open(path, "rb") as file:
+        if file.seek(0, os.SEEK_END) == 0:
+            return True
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) == b"\n"
 
 
 @dataclass(frozen=True, slots=True)
