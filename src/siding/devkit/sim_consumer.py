@@ -227,9 +227,8 @@ class Recorder:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
-        # A process killed in the middle of a write can leave part of a line (the kernel stops
-        # a write that crosses a page at a fatal signal): end it, or this process's first line
-        # would be glued to it.
+        # A process killed in the middle of a write can leave part of a line (seen once in
+        # make test, after a SIGKILL): end it, or this process's first line is glued to it.
         if not _ends_a_line(path):
             os.write(self._fd, b"\n")
 
