@@ -335,8 +335,8 @@ def test_plan_is_a_value() -> None:
 def test_a_line_cut_by_a_kill_neither_breaks_the_reader_nor_swallows_the_next_line(
     tmp_path: Path,
 ) -> None:
-    # Given a record file whose writer was killed in the middle of a line (a write crossing a
-    # page stops at a fatal signal: seen in make test as "31test-..." in the seq column)
+    # Given a record file whose writer was killed in the middle of a line (seen in make test,
+    # after a SIGKILL, as "31test-..." in the seq column)
     path = tmp_path / "received.csv"
     whole = record_line("t/0/1", 1, 100.0, {SEQ_HEADER: "1"})
     cut = record_line("t/0/2", 1, 101.0, {SEQ_HEADER: "31"})[:-1]
