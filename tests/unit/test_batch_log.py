@@ -89,7 +89,7 @@ def test_a_task_line_names_its_worker_and_what_it_waited_on() -> None:
     assert task_line("billing", "main", result) == (
         "route billing main task (executor h pid 7): 10 records (acked 8, to lanes 0, dead 0,"
         " parked 2); 12 sends, max 5 in flight (limit 8 at the end), breaker wait 3.2s, suspects 2"
-        " (isolations 3, convicted 0, handed over 1, bystanders 0)"
+        " (isolations 3, convicted 0, handed over 1)"
     )
     bare = TaskResult(StepCounts(records=1, acked=1), pid=7, host="h")
     assert task_line("billing", "parked", bare).endswith("dead 0, parked 0)")

@@ -59,7 +59,6 @@ class DispatchStats:
     isolations: int = 0
     convicted: int = 0
     handed_over: int = 0  # suspects left to the park lane when nothing else was left
-    excused: int = 0  # calls lost beside a suspect out at the endpoint, not suspected
     # Key mode (docs/dispatch.md): retries kept in the batch that failed them, and those of them
     # that left it before their time (nothing else kept the batch running).
     retried_in_batch: int = 0
@@ -84,7 +83,6 @@ class StatsRecorder:
         self._breaker_wait_s = 0.0
         self._suspects = (0, 0, 0)
         self._handed_over = 0
-        self._excused = 0
         self._retried_in_batch = 0
         self._left_batch = 0
         self._holdouts: list[tuple[str, str]] = []
@@ -117,9 +115,6 @@ class StatsRecorder:
     def handed_over(self) -> None:
         self._handed_over += 1
 
-    def excused(self) -> None:
-        self._excused += 1
-
     def retried_in_batch(self) -> None:
         self._retried_in_batch += 1
 
@@ -151,7 +146,6 @@ class StatsRecorder:
             isolations=self._suspects[1],
             convicted=self._suspects[2],
             handed_over=self._handed_over,
-            excused=self._excused,
             retried_in_batch=self._retried_in_batch,
             left_batch=self._left_batch,
             holdouts=tuple(self._holdouts),

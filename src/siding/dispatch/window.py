@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, assert_never
 
 from siding.dispatch import adaptive
-from siding.dispatch.board import LocalBoard, SuspectBoard
 from siding.dispatch.breaker import BreakerState, BreakerTransition, CircuitBreaker
 from siding.dispatch.budget import Budget, Lease
 from siding.dispatch.errors import DispatchInterrupted
@@ -77,7 +76,6 @@ async def dispatch(
     limits: dict[int, adaptive.Limit] | None = None,
     budget: Budget | None = None,
     trace: SuspectTrace | None = None,
-    board: SuspectBoard | None = None,
 ) -> DispatchReport:
     """Deliver ``work`` and return every item with its final step (Done, ToLane or ToDlq).
 
@@ -95,8 +93,7 @@ async def dispatch(
     is the in-flight and rate budget of the route and endpoint, shared with every other window
     sending there (a call holds its slot until it ends, parked or not); it replaces
     ``settings.rate_limit``. ``trace`` says where the suspects' trace lines come from
-    (``siding.dispatch.trace``). ``board`` is the suspect board of the endpoint, shared with
-    every other window sending there (``siding.dispatch.board``; this dispatch's own without).
+    (``siding.dispatch.trace``).
 
     Raises ``EndpointGoneError`` when the endpoint says it is gone, ``DispatchInterrupted`` when
     ``stop`` is set before every item has its step.
@@ -117,7 +114,6 @@ async def dispatch(
         limits=limits,
         budget=budget,
         trace=trace,
-        board=board,
     )
     return await window.run()
 
@@ -139,15 +135,8 @@ class _Window:
         limits: dict[int, adaptive.Limit] | None = None,
         budget: Budget | None = None,
         trace: SuspectTrace | None = None,
-        board: SuspectBoard | None = None,
     ) -> None:
         self._transport = transport
-        self._board = board or LocalBoard()
-        # Suspects out: their marks on the board. Calls excused once as bystanders. When each
-        # call out was sent (monotonic), for the board's question when it is lost.
-        self._sighted: dict[int, int] = {}
-        self._excused: set[int] = set()
-        self._sent_at: dict[int, float] = {}
         self._trace = trace or SuspectTrace(f"lane={settings.lane}")
         self._budget = budget
         self._drain = drain
@@ -298,9 +287,6 @@ class _Window:
             self._trace_suspect("send", index, others_out=len(self._suspects.out) - 1)
             if self._bucket is not None:
                 self._bucket.try_take()  # there is one: wait_s() was 0
-            deadline_s = self._work[index].deadline_s or self._settings.deadline_s
-            until = time.monotonic() + deadline_s + safety_grace_s(deadline_s)
-            self._sighted[index] = self._board.out(until)
             self._start_send(index, lease)
 
     def _launch_due(self, now_ms: int) -> float | None:
@@ -330,7 +316,6 @@ class _Window:
         return _Lease(lease)
 
     def _start_send(self, index: int, lease: _Lease) -> None:
-        self._sent_at[index] = time.monotonic()
         task = asyncio.create_task(self._send(index))
         # Answered, timed out or cancelled (even before it ran): the call is over at the
         # consumer's end too, and its slot goes back. Added before ``answered`` so that both run
@@ -510,14 +495,23 @@ class _Window:
             self._breaker.mark_up()
         now_ms = self._now_ms()
         recovering = False
-        mark = self._sighted.pop(index, None)
-        if mark is not None:
-            self._board.ended(mark, died=outcome.lost)
-        sent_at = self._sent_at.pop(index, time.monotonic() - latency_s)
         if outcome.lost:
-            recovering = self._on_lost(index, outcome, sent_at)
-            if self._steps[index] is not None:
-                return  # convicted
+            conviction, alone = self._died(index)
+            if alone and conviction is None:
+                # The consumer died on it alone: it is down. The breaker opens and probes; this
+                # suspect goes again only ``recovery_s`` after the consumer is back, so that the
+                # consumer serves the others between two of its deaths (else the main line would
+                # see one long outage).
+                self._breaker.trip()
+                self._wait_for_breaker()  # probes until it is back, even with nothing else due
+                self._recovering.add(index)
+                recovering = True
+            if conviction is not None:
+                dead = conviction.dead_letter(outcome.reason)
+                log.warning("%s dead-lettered: %s", delivery.id, dead.reason)
+                self._backoffs.pop(index, None)
+                self._settle(index, dead)
+                return
         elif index in self._suspects and outcome.kind is OutcomeKind.BACKOFF:
             self._suspects.refused(index)
             self._trace_suspect("refused", index, reason=repr(outcome.reason[:120]))
@@ -555,41 +549,6 @@ class _Window:
                     self._settle(index, step)
             case _:  # a new step must say here whether it settles the record
                 assert_never(step)
-
-    def _on_lost(self, index: int, outcome: Outcome, sent_at: float) -> bool:
-        """The consumer went away with ``index`` out: a bystander goes again like any message
-        after an outage; a suspect's death is counted, and settles it when it convicts. True
-        when it killed the consumer alone and waits for it to be back."""
-        if self._bystander(index, sent_at):
-            return False
-        conviction, alone = self._died(index)
-        if conviction is not None:
-            dead = conviction.dead_letter(outcome.reason)
-            log.warning("%s dead-lettered: %s", self._work[index].delivery.id, dead.reason)
-            self._backoffs.pop(index, None)
-            self._settle(index, dead)
-            return False
-        if not alone:
-            return False
-        # The consumer died on it alone: it is down. The breaker opens and probes; this suspect
-        # goes again only ``recovery_s`` after the consumer is back, so that the consumer serves
-        # the others between two of its deaths (else the main line would see one long outage).
-        self._breaker.trip()
-        self._wait_for_breaker()  # probes until it is back, even with nothing else due
-        self._recovering.add(index)
-        return True
-
-    def _bystander(self, index: int, sent_at: float) -> bool:
-        """Whether ``index``, lost and not a suspect, died beside a suspect out at the endpoint
-        (docs/dispatch.md, "Bystanders"): it is excused once in its dispatch, not suspected."""
-        if index in self._suspects or index in self._excused:
-            return False
-        if not self._board.was_out_with(sent_at, time.monotonic()):
-            return False
-        self._excused.add(index)
-        self._stats.excused()
-        self._trace("excused", self._work[index].delivery.id)
-        return True
 
     def _died(self, index: int) -> tuple[Conviction | None, bool]:
         """The consumer went away with ``index`` out: (its conviction, if this settles it;

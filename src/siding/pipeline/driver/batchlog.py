@@ -94,7 +94,7 @@ def task_line(route: str, lane: str, result: TaskResult) -> str:
         f"{line}; {st.sends} sends, max {st.max_in_flight} in flight (limit {st.final_limit}"
         f" at the end), breaker wait"
         f" {st.breaker_wait_s:.1f}s, suspects {st.suspected} (isolations {st.isolations},"
-        f" convicted {st.convicted}, handed over {st.handed_over}, bystanders {st.excused})"
+        f" convicted {st.convicted}, handed over {st.handed_over})"
     )
 
 

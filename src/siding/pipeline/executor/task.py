@@ -31,7 +31,6 @@ from siding.dispatch.trace import SuspectTrace
 from siding.errors import SidingError
 from siding.model import DeadClass, DeadKind, Delivery, LaneHop
 from siding.pipeline.executor import fence_gate
-from siding.pipeline.executor.board import board_path, shared_board
 from siding.pipeline.executor.budget import budget_dir, budget_path, shared_budget
 from siding.pipeline.executor.parked import Adoption
 from siding.pipeline.executor.plan import TaskPlan
@@ -418,7 +417,6 @@ def deliver(
             limits=rt.limits(key),
             budget=budget,
             trace=suspect_trace(plan, partition_id),
-            board=shared_board(board_path(budget_dir(), board_endpoint(key))),
         )
     )
     if report.parked:
@@ -427,13 +425,6 @@ def deliver(
         adoption = Adoption(key, plan.settle_topic, timer, breaker, writer, route.name)
         rt.loop.call_soon_threadsafe(rt.parked.adopt, report.parked, adoption)
     return report
-
-
-def board_endpoint(key: tuple[str, str]) -> str:
-    """What a suspect board is kept for: the endpoint's URL, seen by every route sending there;
-    a registered pool's instances are its route's own."""
-    route, endpoint = key
-    return f"{route}/{POOL}" if endpoint == POOL else endpoint
 
 
 def suspect_trace(plan: TaskPlan, partition_id: int) -> SuspectTrace:
